@@ -1,0 +1,277 @@
+"""Host cgroups: v2 when a unified hierarchy offers the cpu controller, v1 otherwise.
+
+Every group bwlab creates is registered until removed, so an error, SIGINT or SIGTERM
+anywhere in a run still kills the group's processes and removes its directories.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import os
+import re
+import signal
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+
+CGROUP_ROOT = Path("/sys/fs/cgroup")
+GROUP_PREFIX = "bwlab-"
+
+
+def parse_kv(text: str) -> dict[str, int]:
+    """Parse 'key value' lines (cpu.stat, cpuacct.usage lines) into integers."""
+    out: dict[str, int] = {}
+    for lineno, line in enumerate(text.splitlines(), 1):
+        parts = line.split()
+        if not parts:
+            continue
+        if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
+            raise BwlabError(f"cpu.stat line {lineno} is not 'key integer': {line!r}")
+        out[parts[0]] = int(parts[1])
+    return out
+
+
+def normalize_cpu_stat(raw: dict[str, int]) -> dict[str, int]:
+    """One schema for v1 (nanosecond *_time, cpuacct usage) and v2 (*_usec) cpu.stat."""
+    out: dict[str, int] = {}
+    for key in ("nr_periods", "nr_throttled", "nr_bursts"):
+        if key in raw:
+            out[key] = raw[key]
+    for name in ("throttled", "burst"):
+        if f"{name}_usec" in raw:
+            out[f"{name}_us"] = raw[f"{name}_usec"]
+        elif f"{name}_time" in raw:
+            out[f"{name}_us"] = raw[f"{name}_time"] // 1000
+    if "usage_usec" in raw:
+        out["usage_us"] = raw["usage_usec"]
+    elif "cpuacct_usage_ns" in raw:
+        out["usage_us"] = raw["cpuacct_usage_ns"] // 1000
+    if "nr_periods" not in out or "nr_throttled" not in out:
+        raise BwlabError("cpu.stat has no nr_periods/nr_throttled: is CFS bandwidth control built in?")
+    return out
+
+
+def _write(path: Path, value: str) -> None:
+    try:
+        with path.open("w") as fh:
+            fh.write(value)
+    except OSError as exc:
+        raise BwlabError(f"cannot write {value!r} to {path}: {exc.strerror}") from exc
+
+
+@dataclass
+class Group:
+    """A created cgroup: one directory per hierarchy it lives in (one on v2)."""
+
+    name: str
+    dirs: list[Path]
+    stat_file: Path
+    usage_file: Path | None  # v1 cpuacct.usage (ns); None on v2 (usage_usec in cpu.stat)
+    bandwidth_file: Path  # file a rewrite writes: cpu.max (v2) or cpu.cfs_quota_us (v1)
+    bandwidth_value: str
+
+    @property
+    def procs_files(self) -> list[Path]:
+        return [d / "cgroup.procs" for d in self.dirs]
+
+    def read_stat(self) -> str:
+        """cpu.stat as text, with v1's cpuacct usage appended as 'cpuacct_usage_ns N'."""
+        text = self.stat_file.read_text()
+        if self.usage_file is not None:
+            text += f"cpuacct_usage_ns {self.usage_file.read_text().strip()}\n"
+        return text
+
+    def pids(self) -> set[int]:
+        pids: set[int] = set()
+        for procs in self.procs_files:
+            with contextlib.suppress(OSError):
+                pids.update(int(p) for p in procs.read_text().split())
+        return pids
+
+    def remove(self, timeout: float = 5.0) -> None:
+        """Kill everything inside, then remove the directories (innermost hierarchy last)."""
+        deadline = time.monotonic() + timeout
+        while True:
+            pids = self.pids()
+            for pid in pids:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.kill(pid, signal.SIGKILL)
+            leftover = []
+            for d in self.dirs:
+                try:
+                    if d.exists():
+                        d.rmdir()
+                except OSError:
+                    leftover.append(d)
+            if not leftover:
+                _LIVE.pop(self.name, None)
+                return
+            if time.monotonic() > deadline:
+                raise BwlabError(f"cannot remove cgroup {leftover[0]}: still busy after {timeout} s")
+            self.dirs = leftover
+            time.sleep(0.05)
+
+
+_LIVE: dict[str, Group] = {}
+
+
+def remove_all() -> None:
+    """Remove every group still registered (atexit and signal paths)."""
+    for group in list(_LIVE.values()):
+        with contextlib.suppress(BwlabError):
+            group.remove()
+
+
+atexit.register(remove_all)
+
+
+class Hierarchy:
+    """Where and how groups are made on this machine."""
+
+    version: int
+
+    def describe(self) -> str:
+        raise NotImplementedError
+
+    def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
+               cpus: str | None) -> Group:  # fmt: skip
+        raise NotImplementedError
+
+    @contextlib.contextmanager
+    def group(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
+              cpus: str | None) -> Iterator[Group]:  # fmt: skip
+        grp = self.create(name, period_us, quota_us, burst_us, cpus)
+        try:
+            yield grp
+        finally:
+            grp.remove()
+
+    @staticmethod
+    def _mkdir(path: Path) -> None:
+        try:
+            path.mkdir()
+        except OSError as exc:
+            raise BwlabError(f"cannot create cgroup {path}: {exc.strerror}") from exc
+
+
+class CgroupV2(Hierarchy):
+    version = 2
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def describe(self) -> str:
+        return f"cgroup v2 at {self.root}"
+
+    def _enable(self, controller: str) -> None:
+        ctl = self.root / "cgroup.subtree_control"
+        if controller not in ctl.read_text().split():
+            _write(ctl, f"+{controller}")
+
+    def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
+               cpus: str | None) -> Group:  # fmt: skip
+        self._enable("cpu")
+        if cpus is not None:
+            self._enable("cpuset")
+        path = self.root / name
+        self._mkdir(path)
+        value = f"{quota_us if quota_us is not None else 'max'} {period_us}"
+        grp = Group(name=name, dirs=[path], stat_file=path / "cpu.stat", usage_file=None,
+                    bandwidth_file=path / "cpu.max", bandwidth_value=value)  # fmt: skip
+        _LIVE[name] = grp
+        _write(path / "cpu.max", value)
+        if burst_us:
+            _write(path / "cpu.max.burst", str(burst_us))
+        if cpus is not None:
+            _write(path / "cpuset.cpus", cpus)
+        return grp
+
+
+class CgroupV1(Hierarchy):
+    version = 1
+
+    def __init__(self, cpu: Path, cpuacct: Path | None, cpuset: Path | None) -> None:
+        self.cpu, self.cpuacct, self.cpuset = cpu, cpuacct, cpuset
+
+    def describe(self) -> str:
+        return f"cgroup v1 at {self.cpu}"
+
+    def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
+               cpus: str | None) -> Group:  # fmt: skip
+        cpu_dir = self.cpu / name
+        dirs = [cpu_dir]
+        usage: Path | None = None
+        if (self.cpu / "cpuacct.usage").exists():  # cpu,cpuacct co-mounted
+            usage = cpu_dir / "cpuacct.usage"
+        elif self.cpuacct is not None:
+            dirs.append(self.cpuacct / name)
+            usage = self.cpuacct / name / "cpuacct.usage"
+        if cpus is not None:
+            if self.cpuset is None:
+                raise BwlabError("a cpuset was asked for but no v1 cpuset hierarchy is mounted")
+            dirs.append(self.cpuset / name)
+        quota = str(quota_us) if quota_us is not None else "-1"
+        grp = Group(name=name, dirs=[], stat_file=cpu_dir / "cpu.stat", usage_file=usage,
+                    bandwidth_file=cpu_dir / "cpu.cfs_quota_us", bandwidth_value=quota)  # fmt: skip
+        _LIVE[name] = grp
+        for d in dirs:
+            self._mkdir(d)
+            grp.dirs.insert(0, d)  # remove in reverse order of creation
+        _write(cpu_dir / "cpu.cfs_period_us", str(period_us))
+        _write(cpu_dir / "cpu.cfs_quota_us", quota)
+        if burst_us:
+            _write(cpu_dir / "cpu.cfs_burst_us", str(burst_us))
+        if cpus is not None and self.cpuset is not None:
+            cs = self.cpuset / name
+            _write(cs / "cpuset.cpus", cpus)
+            _write(cs / "cpuset.mems", (self.cpuset / "cpuset.mems").read_text().strip())
+        return grp
+
+
+def detect(root: Path = CGROUP_ROOT) -> Hierarchy:
+    """v2 if a unified hierarchy has the cpu controller, else v1's cpu hierarchy."""
+    for cand in (root, root / "unified"):
+        ctrl = cand / "cgroup.controllers"
+        if ctrl.is_file() and "cpu" in ctrl.read_text().split():
+            return CgroupV2(cand)
+    for name in ("cpu", "cpu,cpuacct"):
+        cpu = root / name
+        if (cpu / "cpu.cfs_quota_us").is_file():
+            cpuacct = root / "cpuacct"
+            cpuset = root / "cpuset"
+            return CgroupV1(cpu, cpuacct if (cpuacct / "cpuacct.usage").is_file() else None,
+                            cpuset if (cpuset / "cpuset.cpus").is_file() else None)  # fmt: skip
+    raise BwlabError(f"no cgroup cpu controller with bandwidth control under {root}")
+
+
+def unique_name(label: str) -> str:
+    """bwlab-<pid>-<ns>-<label>: unique per process and call, safe as a directory name."""
+    safe = re.sub(r"[^A-Za-z0-9_.=-]", "_", label)[:60]
+    return f"{GROUP_PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}-{safe}"
+
+
+def sysctl_path(name: str) -> Path:
+    return Path("/proc/sys") / name.replace(".", "/")
+
+
+@contextlib.contextmanager
+def sysctls(values: dict[str, str]) -> Iterator[None]:
+    """Set sysctls for the block and restore the previous values after."""
+    saved: list[tuple[Path, str]] = []
+    try:
+        for name, value in values.items():
+            path = sysctl_path(name)
+            if not path.is_file():
+                raise BwlabError(f"sysctl {name} does not exist on this kernel ({path})")
+            old = path.read_text().strip()
+            _write(path, value)
+            saved.append((path, old))
+        yield
+    finally:
+        for path, old in reversed(saved):
+            with contextlib.suppress(BwlabError):
+                _write(path, old)

@@ -1,0 +1,290 @@
+"""Command line: bwlab kernel|run|report|reproduce|scenarios|validate."""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import signal
+import sys
+import time
+from pathlib import Path
+from types import FrameType
+from typing import NoReturn
+
+from rich.table import Table
+
+from bwlab import kernel_build, kernel_source, report, runner, scenario
+from bwlab.errors import BwlabError
+from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
+from bwlab.progress import console, step
+
+REPRODUCE_SCENARIOS = ("table2", "cglat")
+
+
+class Parser(argparse.ArgumentParser):
+    """argparse with one-line errors."""
+
+    def error(self, message: str) -> NoReturn:
+        sys.stderr.write(f"{self.prog}: error: {message}\n")
+        raise SystemExit(2)
+
+
+def _source(args: argparse.Namespace, fetch: bool) -> kernel_source.KernelSource:
+    if args.kernel_src:
+        return kernel_source.user_source(Path(args.kernel_src))
+    if fetch:
+        with step(f"kernel source {kernel_source.PACKAGE}"):
+            return kernel_source.fetch()
+    cached = kernel_source.cached_source()
+    if cached is None:
+        raise BwlabError("kernel source not fetched: run 'bwlab kernel fetch' or pass --kernel-src DIR")
+    return cached
+
+
+def _series(args: argparse.Namespace) -> kernel_build.Series:
+    if args.baseline:
+        return kernel_build.read_series(None)
+    return kernel_build.read_series(Path(args.series) if args.series else DEFAULT_SERIES)
+
+
+def _variant(args: argparse.Namespace, fetch: bool) -> kernel_build.Variant:
+    frags = kernel_build.default_fragments([Path(f) for f in args.config or []])
+    return kernel_build.Variant(_source(args, fetch), _series(args), frags, args.hz)
+
+
+def _add_variant_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
+    default = DEFAULT_SERIES.relative_to(REPO_ROOT)
+    p.add_argument("--series", metavar="PATH", help=f"patch series file (default {default})")
+    p.add_argument("--baseline", action="store_true", help="build without any patches")
+    p.add_argument("--config", metavar="FRAGMENT", action="append", help="extra kconfig fragment (repeatable)")
+    p.add_argument("--hz", type=int, default=250, help="CONFIG_HZ (default 250, as on the host)")
+
+
+def _load_scenario(name: str, args: argparse.Namespace) -> scenario.Scenario:
+    overrides: dict[str, object] = {}
+    if getattr(args, "reps", None) is not None:
+        overrides["repetitions"] = args.reps
+    if getattr(args, "duration", None) is not None:
+        overrides["duration_s"] = args.duration
+    return scenario.load(scenario.find(name), overrides)
+
+
+def _default_out(tag: str) -> Path:
+    return Path("results") / f"{dt.datetime.now().strftime('%Y%m%d-%H%M%S')}-{tag}"
+
+
+def cmd_kernel_fetch(args: argparse.Namespace) -> int:
+    with step(f"fetch {kernel_source.PACKAGE} from {kernel_source.SUITE}"):
+        src = kernel_source.fetch(force=args.force)
+    print(f"{src.version} {src.origin} {src.path}")
+    return 0
+
+
+def _build(variant: kernel_build.Variant) -> kernel_build.KernelImage:
+    cached = kernel_build.cached_image(variant)
+    if cached is not None:
+        console.print(f"[green]✓[/green] kernel {cached.key} (cached)")
+        return cached
+    desc = f"build kernel {variant.key} ({len(variant.series.patches)} patches, HZ={variant.hz})"
+    with step(desc):
+        return kernel_build.build(variant)
+
+
+def cmd_kernel_build(args: argparse.Namespace) -> int:
+    image = _build(_variant(args, fetch=False))
+    print(f"{image.key} {image.bzimage}")
+    return 0
+
+
+def cmd_kernel_list(args: argparse.Namespace) -> int:
+    images = kernel_build.list_images()
+    if not images:
+        print("no kernels built (bwlab kernel build)")
+    for img in images:
+        patches = f"{len(img.patches)} patches" if img.patches else "baseline"
+        print(f"{img.key}  {img.release}  HZ={img.hz}  {patches}  series={img.series_digest} "
+              f"config={img.config_digest}  {img.origin}  built in {img.build_seconds} s")  # fmt: skip
+    return 0
+
+
+def cmd_kernel_clean(args: argparse.Namespace) -> int:
+    for path in kernel_build.clean(all_images=args.all):
+        print(f"removed {path}")
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    for name in scenario.builtin_names():
+        sc = scenario.load(scenario.builtin_path(name))
+        print(f"{name:15} {len(sc.cases)} cases x {sc.data['repetitions']} reps  {sc.description}")
+    return 0
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    for name in args.files:
+        sc = scenario.load(scenario.find(name))
+        for spec in sc.resolve(args.ncpu):
+            print(f"{sc.name}/{spec.case}: {spec.settings()}")
+    return 0
+
+
+def _guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
+    if args.kernel:
+        for img in kernel_build.list_images():
+            if img.key == args.kernel:
+                return img
+        raise BwlabError(f"no built kernel with key {args.kernel} (see 'bwlab kernel list')")
+    variant = _variant(args, fetch=False)
+    image = kernel_build.cached_image(variant)
+    if image is None:
+        raise BwlabError(f"kernel {variant.key} is not built: run 'bwlab kernel build' with the same options")
+    return image
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sc = _load_scenario(args.scenario, args)
+    out = Path(args.out) if args.out else _default_out(sc.name)
+    if args.target == "host":
+        path = runner.run_host(sc, out)
+    else:
+        image = _guest_image(args)
+        variant = "patched" if image.patches else "baseline"
+        path = runner.run_guest(sc, image, args.vcpus, out, variant, args.timeout)
+    console.print(f"result: {path}")
+    report.write_report(out)
+    _print_summary(out)
+    return 0
+
+
+def _print_summary(directory: Path) -> None:
+    from bwlab import results
+
+    rows = report.summary_rows(results.load_dir(directory))
+    heads = [h for _, h, _ in report.COLUMNS if any(h in cells for *_, cells in rows)]
+    table = Table(title=f"bwlab summary ({directory})")
+    for col in ("scenario", "target", "case", *heads):
+        table.add_column(col)
+    for sc_name, label, case, cells in rows:
+        table.add_row(sc_name, label, case, *(cells.get(h, "-") for h in heads))
+    console.print(table)
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    path = report.write_report(Path(args.dir))
+    _print_summary(Path(args.dir))
+    print(path)
+    return 0
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    out = Path(args.out) if args.out else _default_out("reproduce")
+    images: list[tuple[str, kernel_build.KernelImage]] = []
+    if not args.no_guest:
+        args.baseline, args.series = True, None
+        images.append(("baseline", _build(_variant(args, fetch=True))))
+        args.baseline = False
+        patched = _variant(args, fetch=True)
+        if patched.series.patches:
+            images.append(("patched", _build(patched)))
+    failures: list[str] = []
+    for name in REPRODUCE_SCENARIOS:
+        sc = _load_scenario(name, args)
+        targets: list[tuple[str, kernel_build.KernelImage | None]] = [] if args.no_host else [("host", None)]
+        targets += [(variant, img) for variant, img in images]
+        for variant, img in targets:
+            try:
+                with step(f"{name} on {'host' if img is None else 'guest-' + variant}"):
+                    if img is None:
+                        runner.run_host(sc, out)
+                    else:
+                        runner.run_guest(sc, img, args.vcpus, out, variant)
+            except BwlabError as exc:
+                failures.append(f"{name}/{variant}: {exc}")
+                console.print(f"[red]{name}/{variant} failed:[/red] {exc}")
+    path = report.write_report(out)
+    _print_summary(out)
+    console.print(f"report: {path} (reproduce took {time.monotonic() - start:.0f} s)")
+    if failures:
+        raise BwlabError(f"{len(failures)} run(s) failed, first: {failures[0]}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = Parser(prog="bwlab", description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
+
+    kernel = sub.add_parser("kernel", help="fetch, build, list and clean kernels")
+    ksub = kernel.add_subparsers(dest="kernel_command", required=True, parser_class=Parser)
+    p = ksub.add_parser("fetch", help=f"download {kernel_source.PACKAGE} into the cache")
+    p.add_argument("--force", action="store_true", help="download again even if cached")
+    p.set_defaults(func=cmd_kernel_fetch)
+    p = ksub.add_parser("build", help="build a kernel variant (cached by source, series, config)")
+    _add_variant_args(p)
+    p.set_defaults(func=cmd_kernel_build)
+    ksub.add_parser("list", help="list built kernels").set_defaults(func=cmd_kernel_list)
+    p = ksub.add_parser("clean", help="remove build trees (--all: images too)")
+    p.add_argument("--all", action="store_true")
+    p.set_defaults(func=cmd_kernel_clean)
+
+    sub.add_parser("scenarios", help="list built-in scenarios").set_defaults(func=cmd_scenarios)
+    p = sub.add_parser("validate", help="validate scenario files and show their cases")
+    p.add_argument("files", nargs="+")
+    p.add_argument("--ncpu", type=int, default=2, help="CPU count to resolve 'ncpu' with")
+    p.set_defaults(func=cmd_validate)
+
+    p = sub.add_parser("run", help="run one scenario on the host or in a guest")
+    p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
+    p.add_argument("--target", choices=("host", "guest"), default="host")
+    p.add_argument("--kernel", metavar="KEY", help="guest: a built kernel by key (bwlab kernel list)")
+    _add_variant_args(p)
+    p.add_argument("--vcpus", type=int, default=2)
+    p.add_argument("--out", metavar="DIR")
+    p.add_argument("--reps", type=int, help="override the scenario's repetitions")
+    p.add_argument("--duration", type=float, help="override the scenario's duration_s")
+    p.add_argument("--timeout", type=float, help="guest time limit in seconds (default: from the plan)")
+    p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("report", help="write report.md and plots for a results directory")
+    p.add_argument("dir")
+    p.set_defaults(func=cmd_report)
+
+    p = sub.add_parser("reproduce", help="fetch, build, run table2 and cglat on host and guest, report")
+    p.add_argument("--out", metavar="DIR")
+    p.add_argument("--kernel-src", metavar="DIR")
+    p.add_argument("--config", metavar="FRAGMENT", action="append")
+    p.add_argument("--hz", type=int, default=250)
+    p.add_argument("--vcpus", type=int, default=2)
+    p.add_argument("--reps", type=int)
+    p.add_argument("--duration", type=float)
+    p.add_argument("--no-host", action="store_true")
+    p.add_argument("--no-guest", action="store_true")
+    p.set_defaults(func=cmd_reproduce, baseline=False, series=None)
+    return parser
+
+
+def _on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise KeyboardInterrupt
+
+
+def main(argv: list[str] | None = None) -> int:
+    signal.signal(signal.SIGTERM, _on_sigterm)
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args))
+    except BwlabError as exc:
+        console.print(f"bwlab: error: {exc}", markup=False, highlight=False)
+        return 1
+    except KeyboardInterrupt:
+        console.print("bwlab: interrupted, cleaned up", markup=False)
+        return 130
+    finally:
+        from bwlab import cgroup
+
+        cgroup.remove_all()
+        sys.stdout.flush()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

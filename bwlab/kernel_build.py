@@ -1,0 +1,282 @@
+"""Kernel builds: a copy-on-write tree per variant, patches applied, cached bzImage.
+
+A variant is (source, patch series, config fragments, HZ). Its cache key hashes the source
+version and origin, the patch contents in series order and the config fragments, so a second
+build of the same variant returns the cached image at once.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+from bwlab.kernel_source import KernelSource
+from bwlab.paths import LAB_CONFIG, cache_root
+from bwlab.progress import console
+
+SUPPORTED_HZ = (100, 250, 300, 1000)
+# Symbols whose absence from the final .config would make every measurement meaningless.
+REQUIRED_SYMBOLS = ("CONFIG_CFS_BANDWIDTH", "CONFIG_CPUSETS", "CONFIG_SERIAL_8250_CONSOLE",
+                    "CONFIG_BLK_DEV_INITRD", "CONFIG_CGROUP_SCHED")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Series:
+    """An ordered patch series (possibly empty) read from a `series` file."""
+
+    path: Path | None
+    patches: tuple[Path, ...]
+
+    @property
+    def digest(self) -> str:
+        h = hashlib.sha256()
+        for patch in self.patches:
+            h.update(patch.name.encode() + b"\0" + patch.read_bytes() + b"\0")
+        return h.hexdigest()[:16]
+
+
+def read_series(path: Path | None) -> Series:
+    """Parse a quilt-style series file: one patch per line, '#' comments, blank lines."""
+    if path is None:
+        return Series(path=None, patches=())
+    if not path.is_file():
+        raise BwlabError(f"patch series {path}: no such file")
+    patches: list[Path] = []
+    for lineno, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.split("#", 1)[0].strip()
+        if not line:
+            continue
+        patch = path.parent / line.split()[0]
+        if not patch.is_file():
+            raise BwlabError(f"{path}:{lineno}: patch {line.split()[0]} not found")
+        patches.append(patch)
+    return Series(path=path, patches=tuple(patches))
+
+
+@dataclass(frozen=True)
+class Variant:
+    source: KernelSource
+    series: Series
+    fragments: tuple[Path, ...]
+    hz: int
+
+    def config_text(self) -> str:
+        parts = []
+        for frag in self.fragments:
+            if not frag.is_file():
+                raise BwlabError(f"config fragment {frag}: no such file")
+            parts.append(f"# fragment {frag.name}\n{frag.read_text()}")
+        parts.append(hz_fragment(self.hz))
+        return "\n".join(parts)
+
+    @property
+    def config_digest(self) -> str:
+        return hashlib.sha256(self.config_text().encode()).hexdigest()[:16]
+
+    @property
+    def key(self) -> str:
+        ident = json.dumps([self.source.version, self.source.origin,
+                            self.series.digest, self.config_digest])  # fmt: skip
+        return f"{self.source.version}-{hashlib.sha256(ident.encode()).hexdigest()[:12]}"
+
+
+@dataclass(frozen=True)
+class KernelImage:
+    """A built kernel in the cache, with what it was built from."""
+
+    key: str
+    bzimage: Path
+    version: str
+    release: str
+    origin: str
+    series_digest: str
+    patches: tuple[str, ...]
+    config_digest: str
+    hz: int
+    build_seconds: float
+
+    def metadata(self) -> dict[str, object]:
+        meta = asdict(self)
+        meta["bzimage"] = str(self.bzimage)
+        meta["patches"] = list(self.patches)
+        return meta
+
+
+def hz_fragment(hz: int) -> str:
+    if hz not in SUPPORTED_HZ:
+        raise BwlabError(f"--hz {hz}: unsupported, choose one of {', '.join(map(str, SUPPORTED_HZ))}")
+    lines = [f"CONFIG_HZ_{h}={'y' if h == hz else 'n'}" for h in SUPPORTED_HZ]
+    return "# HZ selected by bwlab\n" + "\n".join(lines) + f"\nCONFIG_HZ={hz}\n"
+
+
+def default_fragments(extra: list[Path] | None = None) -> tuple[Path, ...]:
+    return (LAB_CONFIG, *(extra or []))
+
+
+def images_dir() -> Path:
+    return cache_root() / "kernels"
+
+
+def builds_dir() -> Path:
+    return cache_root() / "build"
+
+
+def load_image(meta_file: Path) -> KernelImage:
+    meta = json.loads(meta_file.read_text())
+    meta["bzimage"] = Path(meta["bzimage"])
+    meta["patches"] = tuple(meta["patches"])
+    return KernelImage(**meta)
+
+
+def cached_image(variant: Variant) -> KernelImage | None:
+    meta = images_dir() / variant.key / "meta.json"
+    if meta.is_file() and (meta.parent / "bzImage").is_file():
+        return load_image(meta)
+    return None
+
+
+def list_images() -> list[KernelImage]:
+    root = images_dir()
+    if not root.is_dir():
+        return []
+    return [load_image(m) for m in sorted(root.glob("*/meta.json"))]
+
+
+def clean(all_images: bool) -> list[Path]:
+    """Remove build trees (and, with all_images, the cached images too)."""
+    removed = []
+    for root in (builds_dir(), *((images_dir(),) if all_images else ())):
+        if root.exists():
+            shutil.rmtree(root)
+            removed.append(root)
+    return removed
+
+
+@contextmanager
+def _locked(path: Path) -> Iterator[None]:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def patched_files(patch: Path) -> set[str]:
+    """Paths (relative to the tree, -p1) that a unified diff modifies or creates."""
+    files = set()
+    for line in patch.read_text(errors="replace").splitlines():
+        match = re.match(r"^(?:\+\+\+|---) [ab]/(\S+)", line)
+        if match:
+            files.add(match.group(1))
+    return files
+
+
+def _break_link(path: Path) -> None:
+    """Give a hard-linked file its own inode so editing it leaves the pristine tree alone."""
+    if path.is_file() and path.stat().st_nlink > 1:
+        tmp = path.with_name(path.name + ".bwlab-cow")
+        shutil.copy2(path, tmp)
+        os.replace(tmp, path)
+
+
+def _run_logged(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
+    with log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.run(cmd, cwd=cwd, stdout=fh, stderr=subprocess.STDOUT, check=False)
+    if proc.returncode != 0:
+        tail = log.read_text(errors="replace").splitlines()[-25:]
+        console.print("\n".join(tail), markup=False)
+        raise BwlabError(f"{what} failed (exit {proc.returncode}); full log: {log}")
+
+
+def prepare_tree(variant: Variant, work: Path, log: Path) -> Path:
+    """A hard-link copy of the source with the series applied (links broken where patched)."""
+    src = work / "src"
+    if src.exists():
+        shutil.rmtree(src)
+    _run_logged(["cp", "-al", str(variant.source.path), str(src)], log, "copy source tree")
+    for patch in variant.series.patches:
+        for rel in patched_files(patch):
+            _break_link(src / rel)
+        _run_logged(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], log,
+                    f"apply {patch.name}", cwd=src)  # fmt: skip
+    return src
+
+
+def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    fragment = out / "bwlab.config"
+    fragment.write_text(variant.config_text())
+    _run_logged(["make", "-C", str(src), f"O={out}", "tinyconfig"], log, "make tinyconfig")
+    _run_logged([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(out),
+                 str(out / ".config"), str(fragment)], log, "merge config fragments", cwd=src)  # fmt: skip
+    _run_logged(["make", "-C", str(src), f"O={out}", "olddefconfig"], log, "make olddefconfig")
+    final = (out / ".config").read_text()
+    wanted = dict(re.findall(r"^(CONFIG_\w+)=(.*)$", fragment.read_text(), re.MULTILINE))
+    missing = [sym for sym in REQUIRED_SYMBOLS if f"\n{sym}=y" not in final]
+    hz_line = f"CONFIG_HZ={variant.hz}"
+    if hz_line not in final:
+        missing.append(hz_line)
+    if missing:
+        raise BwlabError(f"kernel config lacks {', '.join(missing)} after merge; see {log}")
+    dropped = [s for s, v in wanted.items() if v == "y" and f"\n{s}=y" not in final]
+    if dropped:
+        log.open("a").write(f"\nbwlab: fragment symbols not set (deps missing): {dropped}\n")
+
+
+def build(variant: Variant, jobs: int | None = None) -> KernelImage:
+    """Build the variant's bzImage, or return the cached one."""
+    existing = cached_image(variant)
+    if existing is not None:
+        return existing
+    work = builds_dir() / variant.key
+    with _locked(builds_dir() / f"{variant.key}.lock"):
+        existing = cached_image(variant)
+        if existing is not None:
+            return existing
+        work.mkdir(parents=True, exist_ok=True)
+        log = work / "build.log"
+        log.write_text(f"bwlab build of {variant.key}\n")
+        start = time.monotonic()
+        src = prepare_tree(variant, work, log)
+        out = work / "out"
+        configure(variant, src, out, log)
+        njobs = jobs or os.cpu_count() or 1
+        with console.status(f"make -j{njobs} bzImage (log: {log})"):
+            _run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
+                        "kernel build")  # fmt: skip
+        release = subprocess.run(["make", "-s", "-C", str(src), f"O={out}", "kernelrelease"],
+                                 capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
+        dest = images_dir() / variant.key
+        dest.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(out / "arch/x86/boot/bzImage", dest / "bzImage")
+        shutil.copy2(out / ".config", dest / "config")
+        shutil.copy2(log, dest / "build.log")
+        image = KernelImage(
+            key=variant.key,
+            bzimage=dest / "bzImage",
+            version=variant.source.version,
+            release=release,
+            origin=variant.source.origin,
+            series_digest=variant.series.digest,
+            patches=tuple(p.name for p in variant.series.patches),
+            config_digest=variant.config_digest,
+            hz=variant.hz,
+            build_seconds=round(time.monotonic() - start, 1),
+        )
+        (dest / "meta.json").write_text(json.dumps(image.metadata(), indent=1))
+        return image

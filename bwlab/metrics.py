@@ -1,0 +1,97 @@
+"""From one repetition's raw record (host or guest alike) to its metrics."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from bwlab.cgroup import normalize_cpu_stat, parse_kv
+from bwlab.errors import BwlabError
+from bwlab.scenario import RunSpec
+from bwlab.stats import percentile
+
+
+@dataclass
+class RawRep:
+    """What a runner observed for one repetition, before any interpretation."""
+
+    stat_before: str
+    stat_after: str
+    wall_s: float
+    rc: int
+    stdout: str
+    stderr: str = ""
+    sides: list[str] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def cpu_stat_delta(before: str, after: str) -> dict[str, int]:
+    b = normalize_cpu_stat(parse_kv(before))
+    a = normalize_cpu_stat(parse_kv(after))
+    return {k: a[k] - b[k] for k in a if k in b}
+
+
+def parse_sysbench(stdout: str) -> dict[str, float]:
+    eps = re.search(r"events per second:\s*([\d.]+)", stdout)
+    total = re.search(r"total number of events:\s*(\d+)", stdout)
+    if not eps or not total:
+        raise BwlabError("sysbench output has no 'events per second' / 'total number of events'")
+    return {"events_per_s": float(eps.group(1)), "events": float(total.group(1))}
+
+
+def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        samples = [int(s) for s in doc["samples_us"]]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise BwlabError(f"cglat output is not its JSON document: {exc}") from exc
+    if not samples:
+        raise BwlabError("cglat recorded no sleep samples")
+    metrics = {f"p{str(p).replace('.', '')}_us": percentile(samples, p) for p in (50, 90, 99, 99.9)}
+    metrics["max_us"] = float(max(samples))
+    metrics["sleeps"] = float(len(samples))
+    return metrics, samples
+
+
+def parse_hackbench(stdout: str) -> dict[str, float]:
+    match = re.search(r"Time:\s*([\d.]+)", stdout)
+    if not match:
+        raise BwlabError("hackbench output has no 'Time:' line")
+    return {"hackbench_s": float(match.group(1))}
+
+
+def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
+    """Metrics of one repetition and its raw latency samples (empty when not a latency test)."""
+    if raw.rc != 0:
+        tail = (raw.stderr or raw.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
+    delta = cpu_stat_delta(raw.stat_before, raw.stat_after)
+    out: dict[str, float | None] = {k: float(v) for k, v in delta.items()}
+    out["wall_s"] = raw.wall_s
+    periods = delta.get("nr_periods", 0)
+    out["throttled_pct"] = 100.0 * delta["nr_throttled"] / periods if periods else None
+    usage = delta.get("usage_us")
+    if usage is not None and raw.wall_s > 0:
+        cpus_used = usage / (raw.wall_s * 1e6)
+        out["cpus_used"] = cpus_used
+        if spec.quota_us is not None:
+            out["usage_per_quota"] = cpus_used / (spec.quota_us / spec.period_us)
+    samples: list[int] = []
+    kind = spec.workload.kind
+    if kind == "sysbench-cpu":
+        out.update(parse_sysbench(raw.stdout))
+    elif kind == "cglat":
+        lat, samples = parse_cglat(raw.stdout)
+        out.update(lat)
+    elif kind == "hackbench":
+        out.update(parse_hackbench(raw.stdout))
+    for side in raw.sides:
+        match = re.search(r'"writes":(\d+),"errors":(\d+)', side)
+        if match:
+            out["rewrites"] = float(match.group(1))
+            out["rewrite_errors"] = float(match.group(2))
+    return out, samples

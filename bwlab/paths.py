@@ -1,0 +1,29 @@
+"""Where bwlab keeps its caches and where the repository's data lives."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+PACKAGE_DIR = Path(__file__).resolve().parent
+SCENARIO_DIR = PACKAGE_DIR / "scenarios"
+KERNEL_DIR = REPO_ROOT / "kernel"
+DEFAULT_SERIES = KERNEL_DIR / "patches" / "series"
+LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
+WORKLOAD_SRC = REPO_ROOT / "workloads"
+
+
+def cache_root() -> Path:
+    """Root of the cache: $BWLAB_CACHE, else $XDG_CACHE_HOME/bwlab, else ~/.cache/bwlab."""
+    env = os.environ.get("BWLAB_CACHE")
+    if env:
+        return Path(env)
+    xdg = os.environ.get("XDG_CACHE_HOME")
+    base = Path(xdg) if xdg else Path.home() / ".cache"
+    return base / "bwlab"
+
+
+def workload_bin_dir() -> Path:
+    """Built static workloads (make -C workloads)."""
+    return cache_root() / "workloads"

@@ -1,0 +1,157 @@
+"""Turn a directory of result files into report.md, PNG plots and a summary table."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt
+
+from bwlab import results
+from bwlab.stats import histogram, summarize
+
+# Metrics shown in tables, in order, with their heading and scale.
+COLUMNS: list[tuple[str, str, float]] = [
+    ("throttled_pct", "throttled %", 1.0),
+    ("usage_per_quota", "usage/quota", 1.0),
+    ("cpus_used", "CPUs used", 1.0),
+    ("events_per_s", "events/s", 1.0),
+    ("p50_us", "sleep p50 ms", 1e-3),
+    ("p99_us", "sleep p99 ms", 1e-3),
+    ("max_us", "sleep max ms", 1e-3),
+    ("hackbench_s", "hackbench s", 1.0),
+]
+
+
+def _fmt(summary: dict[str, Any], scale: float) -> str:
+    if not summary["n"]:
+        return "-"
+    mean, lo, hi = (summary[k] * scale for k in ("mean", "min", "max"))
+    sd = summary["stdev"]
+    spread = f" ±{sd * scale:.2g}" if sd is not None else ""
+    return f"{mean:.3g} [{lo:.3g}-{hi:.3g}]{spread}"
+
+
+def case_summaries(doc: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+    """Per case: metric -> summarize() over the repetitions that succeeded."""
+    out = []
+    for case in doc["cases"]:
+        per_metric: dict[str, list[float]] = defaultdict(list)
+        for rep in case["reps"]:
+            for key, value in rep.get("metrics", {}).items():
+                if value is not None:
+                    per_metric[key].append(value)
+        out.append((case["case"], {k: summarize(v) for k, v in per_metric.items()}))
+    return out
+
+
+def _label(doc: dict[str, Any]) -> str:
+    meta = doc["meta"]
+    return f"{meta['label']} ({meta.get('kernel_release') or '?'})"
+
+
+def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+    series = [(d, case_summaries(d)) for d in docs]
+    cases = [c for c, _ in series[0][1]]
+    if not any("throttled_pct" in m for _, cs in series for _, m in cs):
+        return None
+    fig, ax = plt.subplots(figsize=(max(6.0, 1.4 * len(cases) * len(docs) / 2 + 3), 4))
+    width = 0.8 / len(series)
+    for i, (doc, cs) in enumerate(series):
+        means, lo, hi = [], [], []
+        for case in cases:
+            s = dict(cs).get(case, {}).get("throttled_pct", {"n": 0})
+            m = s["mean"] if s["n"] else 0.0
+            means.append(m)
+            lo.append(m - s["min"] if s["n"] else 0.0)
+            hi.append(s["max"] - m if s["n"] else 0.0)
+        xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(cases))]
+        ax.bar(xs, means, width, yerr=[lo, hi], capsize=3, label=_label(doc))
+    ax.set_xticks(range(len(cases)), cases, rotation=15)
+    ax.set_ylabel("throttled periods (%)  [bar: mean, whiskers: min-max]")
+    ax.set_title(f"{scenario}: throttled periods by case")
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    path = out / f"{scenario}-throttled.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+    panels = []
+    for doc in docs:
+        per_case = {c["case"]: [s for r in c["reps"] for s in r.get("samples_us", [])] for c in doc["cases"]}
+        if any(per_case.values()):
+            panels.append((doc, per_case))
+    if not panels:
+        return None
+    top = max(s for _, pc in panels for v in pc.values() for s in v) / 1000
+    edges = [i * max(1.0, top / 40) for i in range(42)]
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), squeeze=False)
+    for ax, (doc, per_case) in zip(axes[:, 0], panels, strict=True):
+        for case, samples in per_case.items():
+            if not samples:
+                continue
+            counts = histogram([s / 1000 for s in samples], edges)
+            pct = [100 * c / len(samples) for c in counts]
+            ax.step(edges[:-1], pct, where="post", label=f"{case} (n={len(samples)})")
+        ax.set_yscale("symlog", linthresh=1)
+        ax.set_xlabel("sleep of 10 ms took (ms)")
+        ax.set_ylabel("% of sleeps")
+        ax.set_title(_label(doc), fontsize=9)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{scenario}: sleep latency histogram")
+    fig.tight_layout()
+    path = out / f"{scenario}-latency.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
+def summary_rows(docs: list[dict[str, Any]]) -> list[tuple[str, str, str, dict[str, str]]]:
+    """(scenario, target label, case, {column heading: formatted cell}) for every case."""
+    rows = []
+    for doc in docs:
+        for case, metrics in case_summaries(doc):
+            cells = {head: _fmt(metrics[key], scale) for key, head, scale in COLUMNS if key in metrics}
+            rows.append((doc["scenario"], _label(doc), case, cells))
+    return rows
+
+
+def write_report(directory: Path) -> Path:
+    docs = results.load_dir(directory)
+    by_scenario: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    for doc in docs:
+        by_scenario[doc["scenario"]].append(doc)
+    lines = ["# bwlab report", "", f"Results in `{directory}`. Cells: mean [min-max] ±stdev over "
+             "repetitions (each repetition in a fresh cgroup).", ""]  # fmt: skip
+    for scenario, sdocs in sorted(by_scenario.items()):
+        sdocs.sort(key=lambda d: d["meta"]["label"])
+        lines += [f"## {scenario}", "", sdocs[0].get("description", ""), ""]
+        for doc in sdocs:
+            meta = doc["meta"]
+            lines.append(
+                f"- **{_label(doc)}**: status {doc['status']}, {meta.get('vcpus')} CPUs, "
+                f"HZ={meta.get('hz')}, slice {meta.get('slice_us')} µs, {meta.get('cgroup')}, "
+                f"series {meta.get('series_hash') or '-'}, config {meta.get('config_hash') or '-'}, "
+                f"bwlab {meta.get('bwlab_revision')}, {meta.get('date')}"
+            )
+        lines.append("")
+        rows = [r for r in summary_rows(sdocs)]
+        heads = [h for _, h, _ in COLUMNS if any(h in cells for *_, cells in rows)]
+        lines.append("| target | case | " + " | ".join(heads) + " |")
+        lines.append("|---|---|" + "---|" * len(heads))
+        for _, label, case, cells in rows:
+            lines.append(f"| {label} | {case} | " + " | ".join(cells.get(h, "-") for h in heads) + " |")
+        lines.append("")
+        for plot in (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory)):
+            if plot is not None:
+                lines += [f"![{plot.stem}]({plot.name})", ""]
+    path = directory / "report.md"
+    path.write_text("\n".join(lines))
+    return path
