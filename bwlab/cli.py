@@ -160,9 +160,9 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_summary(directory: Path) -> None:
     from bwlab import results
 
-    rows = report.summary_rows(results.load_dir(directory))
+    rows = report.summary_rows(results.load_dir(directory), brief=True)
     heads = [h for _, h, _ in report.COLUMNS if any(h in cells for *_, cells in rows)]
-    table = Table(title=f"bwlab summary ({directory})")
+    table = Table(title=f"bwlab summary ({directory}); mean ±stdev over repetitions")
     for col in ("scenario", "target", "case", *heads):
         table.add_column(col)
     for sc_name, label, case, cells in rows:
@@ -274,10 +274,10 @@ def main(argv: list[str] | None = None) -> int:
     try:
         return int(args.func(args))
     except BwlabError as exc:
-        console.print(f"bwlab: error: {exc}", markup=False, highlight=False)
+        sys.stderr.write(f"bwlab: error: {' '.join(str(exc).split())}\n")
         return 1
     except KeyboardInterrupt:
-        console.print("bwlab: interrupted, cleaned up", markup=False)
+        sys.stderr.write("bwlab: interrupted; cgroups, child processes and temp files removed\n")
         return 130
     finally:
         from bwlab import cgroup

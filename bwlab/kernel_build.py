@@ -175,9 +175,13 @@ def _locked(path: Path) -> Iterator[None]:
 
 
 def patched_files(patch: Path) -> set[str]:
+    return patched_files_text(patch.read_text(errors="replace"))
+
+
+def patched_files_text(diff: str) -> set[str]:
     """Paths (relative to the tree, -p1) that a unified diff modifies or creates."""
     files = set()
-    for line in patch.read_text(errors="replace").splitlines():
+    for line in diff.splitlines():
         match = re.match(r"^(?:\+\+\+|---) [ab]/(\S+)", line)
         if match:
             files.add(match.group(1))
@@ -212,7 +216,7 @@ def prepare_tree(variant: Variant, work: Path, log: Path) -> Path:
     for patch in variant.series.patches:
         for rel in patched_files(patch):
             _break_link(src / rel)
-        _run_logged(["patch", "-p1", "--forward", "--batch", "-i", str(patch)], log,
+        _run_logged(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)], log,
                     f"apply {patch.name}", cwd=src)  # fmt: skip
     return src
 

@@ -27,13 +27,25 @@ COLUMNS: list[tuple[str, str, float]] = [
 ]
 
 
-def _fmt(summary: dict[str, Any], scale: float) -> str:
+def _num(value: float) -> str:
+    magnitude = abs(value)
+    if magnitude >= 1000:
+        return f"{value:.0f}"
+    if magnitude >= 10:
+        return f"{value:.1f}"
+    return f"{value:.2f}"
+
+
+def _fmt(summary: dict[str, Any], scale: float, brief: bool = False) -> str:
+    """'mean [min-max] ±stdev' (brief: 'mean ±stdev') of a summarize() result."""
     if not summary["n"]:
         return "-"
     mean, lo, hi = (summary[k] * scale for k in ("mean", "min", "max"))
     sd = summary["stdev"]
-    spread = f" ±{sd * scale:.2g}" if sd is not None else ""
-    return f"{mean:.3g} [{lo:.3g}-{hi:.3g}]{spread}"
+    spread = f" ±{_num(sd * scale)}" if sd is not None else ""
+    if brief:
+        return f"{_num(mean)}{spread}"
+    return f"{_num(mean)} [{_num(lo)}-{_num(hi)}]{spread}"
 
 
 def case_summaries(doc: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
@@ -113,12 +125,12 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
     return path
 
 
-def summary_rows(docs: list[dict[str, Any]]) -> list[tuple[str, str, str, dict[str, str]]]:
+def summary_rows(docs: list[dict[str, Any]], brief: bool = False) -> list[tuple[str, str, str, dict[str, str]]]:
     """(scenario, target label, case, {column heading: formatted cell}) for every case."""
     rows = []
     for doc in docs:
         for case, metrics in case_summaries(doc):
-            cells = {head: _fmt(metrics[key], scale) for key, head, scale in COLUMNS if key in metrics}
+            cells = {head: _fmt(metrics[key], scale, brief) for key, head, scale in COLUMNS if key in metrics}
             rows.append((doc["scenario"], _label(doc), case, cells))
     return rows
 
@@ -142,7 +154,7 @@ def write_report(directory: Path) -> Path:
                 f"bwlab {meta.get('bwlab_revision')}, {meta.get('date')}"
             )
         lines.append("")
-        rows = [r for r in summary_rows(sdocs)]
+        rows = summary_rows(sdocs)
         heads = [h for _, h, _ in COLUMNS if any(h in cells for *_, cells in rows)]
         lines.append("| target | case | " + " | ".join(heads) + " |")
         lines.append("|---|---|" + "---|" * len(heads))

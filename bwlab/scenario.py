@@ -22,6 +22,7 @@ from bwlab.errors import BwlabError
 from bwlab.paths import SCENARIO_DIR
 
 CPU_EXPR = re.compile(r"^ncpu(?:\s*([*/])\s*(\d+(?:\.\d+)?))?$")
+FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
 
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "matrix", "case"}  # fmt: skip
@@ -119,7 +120,7 @@ def _err(sc_path: Path, text: str, message: str, key: str = "", section: str | N
 
 
 def cpu_value(value: Any, ncpu: int, what: str) -> float:
-    """Evaluate a CPU-count expression: a number, 'ncpu', 'ncpu/K' or 'ncpu*K'."""
+    """Evaluate a CPU-count expression: a number, 'ncpu', 'ncpu/K', 'ncpu*K' or 'max(N, expr)'."""
     if isinstance(value, bool):
         raise BwlabError(f"{what}: expected a CPU count, got {value!r}")
     if isinstance(value, int | float):
@@ -127,6 +128,9 @@ def cpu_value(value: Any, ncpu: int, what: str) -> float:
             raise BwlabError(f"{what}: must be positive, got {value}")
         return float(value)
     if isinstance(value, str):
+        floor = FLOOR_EXPR.match(value.strip())
+        if floor:
+            return max(float(floor.group(1)), cpu_value(floor.group(2), ncpu, what))
         match = CPU_EXPR.match(value.strip())
         if match:
             op, num = match.groups()
@@ -136,7 +140,7 @@ def cpu_value(value: Any, ncpu: int, what: str) -> float:
             if factor == 0:
                 raise BwlabError(f"{what}: division by zero in {value!r}")
             return ncpu * factor if op == "*" else ncpu / factor
-    raise BwlabError(f"{what}: expected a number, 'ncpu', 'ncpu/K' or 'ncpu*K', got {value!r}")
+    raise BwlabError(f"{what}: expected a number, 'ncpu', 'ncpu/K', 'ncpu*K' or 'max(N, ...)', got {value!r}")
 
 
 def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:

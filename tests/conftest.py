@@ -1,0 +1,36 @@
+"""Shared fixtures: a private bwlab cache per test where needed, real-system guards."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parent.parent
+DATA = Path(__file__).resolve().parent / "data"
+
+
+def bwlab(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    """Run the CLI as a user would, in a child process."""
+    return subprocess.run(
+        [sys.executable, "-m", "bwlab.cli", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env={**os.environ, **(env or {})},
+    )
+
+
+@pytest.fixture
+def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("BWLAB_CACHE", str(cache))
+    return cache
+
+
+def needs_root() -> pytest.MarkDecorator:
+    return pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups")

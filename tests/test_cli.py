@@ -1,0 +1,78 @@
+"""Bad input gets one line on stderr and a non-zero exit, never a traceback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from conftest import DATA, bwlab
+
+
+def one_line_error(proc) -> str:  # type: ignore[no-untyped-def]
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1, proc.stderr
+    assert "Traceback" not in proc.stderr
+    return lines[0]
+
+
+def test_malformed_scenario(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text((DATA / "throttle-host.toml").read_text().replace("period_us", "period"))
+    line = one_line_error(bwlab("run", str(bad), "--target", "host"))
+    assert f"{bad}:" in line and "unknown key 'period'" in line
+
+
+def test_unknown_target() -> None:
+    proc = bwlab("run", "table2", "--target", "moon")
+    assert proc.returncode == 2
+    assert "invalid choice: 'moon'" in one_line_error(proc)
+
+
+def test_unknown_scenario() -> None:
+    assert "unknown scenario 'nope'" in one_line_error(bwlab("run", "nope"))
+
+
+def test_missing_kernel_source(tmp_path: Path) -> None:
+    line = one_line_error(bwlab("run", "table2", "--target", "guest", env={"BWLAB_CACHE": str(tmp_path)}))
+    assert "kernel source not fetched" in line
+
+
+def test_missing_kernel_tree(tmp_path: Path) -> None:
+    line = one_line_error(bwlab("kernel", "build", "--kernel-src", str(tmp_path / "none")))
+    assert "no such directory" in line
+
+
+def test_kernel_not_built(tmp_path: Path) -> None:
+    tree = tmp_path / "linux"
+    (tree / "kernel" / "sched").mkdir(parents=True)
+    (tree / "kernel" / "sched" / "fair.c").write_text("")
+    (tree / "Makefile").write_text("VERSION = 7\nPATCHLEVEL = 3\nSUBLEVEL = 4\n")
+    line = one_line_error(
+        bwlab(
+            "run",
+            "table2",
+            "--target",
+            "guest",
+            "--kernel-src",
+            str(tree),
+            env={"BWLAB_CACHE": str(tmp_path / "cache")},
+        )
+    )
+    assert "is not built" in line
+
+
+def test_unknown_kernel_key(tmp_path: Path) -> None:
+    line = one_line_error(
+        bwlab("run", "table2", "--target", "guest", "--kernel", "nope", env={"BWLAB_CACHE": str(tmp_path)})
+    )
+    assert "no built kernel with key nope" in line
+
+
+def test_report_on_missing_dir(tmp_path: Path) -> None:
+    assert "no such results directory" in one_line_error(bwlab("report", str(tmp_path / "none")))
+
+
+def test_validate_lists_cases() -> None:
+    proc = bwlab("validate", "table2", "--ncpu", "4")
+    assert proc.returncode == 0
+    assert "table2/10ms" in proc.stdout and "'quota_us': 40000" in proc.stdout

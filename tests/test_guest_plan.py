@@ -1,0 +1,85 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+from bwlab import guest, scenario
+
+TESTS = Path(__file__).resolve().parent
+
+
+def test_render_plan_covers_every_rep_and_setting() -> None:
+    specs = scenario.load(scenario.builtin_path("rewrite-storm")).resolve(2)
+    plan = guest.render_plan(specs)
+    for ci, spec in enumerate(specs):
+        for rep in range(spec.repetitions):
+            assert f"mkdir /sys/fs/cgroup/bwlab-{ci}-{rep}" in plan
+            assert f"echo 'BWLAB-END {ci} {rep}' >&3" in plan
+    assert plan.count("/bin/cgwrite /sys/fs/cgroup/") == sum(s.repetitions for s in specs if s.sides)
+    assert "echo '20000 10000' > /sys/fs/cgroup/bwlab-0-0/cpu.max" in plan
+
+
+def test_render_plan_sysctl_and_cpuset() -> None:
+    slice_plan = guest.render_plan(scenario.load(scenario.builtin_path("slice")).resolve(2))
+    assert "echo 1000 > /proc/sys/kernel/sched_cfs_bandwidth_slice_us" in slice_plan
+    assert "OLD_0_kernel_sched_cfs_bandwidth_slice_us=$(cat" in slice_plan
+    cg_plan = guest.render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
+    assert "echo 0 > /sys/fs/cgroup/bwlab-1-0/cpuset.cpus" in cg_plan
+    assert "echo 'max 100000' > /sys/fs/cgroup/bwlab-1-0/cpu.max" in cg_plan
+
+
+RESULTS = """noise\r
+BWLAB-HELLO release=7.3.4 ncpu=2 slice_us=5000\r
+BWLAB-BEGIN 0 0\r
+BWLAB-SECTION stat_before\r
+usage_usec 0\r
+nr_periods 0\r
+nr_throttled 0\r
+BWLAB-SECTION t0\r
+10.50 12.00\r
+BWLAB-SECTION t1\r
+20.75 30.00\r
+BWLAB-SECTION stat_after\r
+usage_usec 100\r
+nr_periods 1000\r
+nr_throttled 490\r
+BWLAB-SECTION rc\r
+0\r
+BWLAB-SECTION side0\r
+{"writer":"cgwrite","writes":99,"errors":0}\r
+BWLAB-SECTION stdout\r
+events per second: 1.0\r
+BWLAB-SECTION stderr\r
+BWLAB-END 0 0\r
+BWLAB-DONE\r
+"""
+
+
+def test_parse_results_channel() -> None:
+    out = guest.parse_results(RESULTS)
+    assert out.done and out.hello == {"release": "7.3.4", "ncpu": "2", "slice_us": "5000"}
+    raw = out.records[(0, 0)]
+    assert raw.rc == 0 and abs(raw.wall_s - 10.25) < 1e-9
+    assert "nr_throttled 490" in raw.stat_after and "events per second" in raw.stdout
+    assert raw.sides == ['{"writer":"cgwrite","writes":99,"errors":0}\n']
+
+
+def test_parse_results_incomplete() -> None:
+    out = guest.parse_results(RESULTS.split("BWLAB-SECTION rc")[0])
+    assert not out.done and not out.records
+
+
+def test_find_splats() -> None:
+    console = "\n".join(
+        [
+            "[    0.1] Linux version 7.3.4",
+            "[    1.0] WARNING: CPU: 1 PID: 5 at kernel/sched/fair.c:123 foo+0x1/0x2",
+            "[    2.0] BUG: kernel NULL pointer dereference",
+            "[    3.0] rcu: INFO: rcu_preempt detected stalls on CPUs/tasks:",
+            "[    4.0] ======================================================",
+            "[    4.0] WARNING: possible circular locking dependency detected",
+            "[    5.0] reboot: Restarting system",
+        ]
+    )
+    splats = guest.find_splats(console)
+    assert len(splats) == 4
+    assert guest.find_splats("[ 0.1] Linux version\n[ 1.0] reboot: machine restart\n") == []

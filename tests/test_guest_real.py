@@ -1,0 +1,126 @@
+"""A real Linux 7.3.4 kernel built from the fetched source, booted under QEMU TCG."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from conftest import DATA, REPO, bwlab
+
+pytestmark = pytest.mark.guest
+
+
+@pytest.fixture(scope="module")
+def kernel_key() -> str:
+    fetch = bwlab("kernel", "fetch", timeout=1800)
+    assert fetch.returncode == 0, fetch.stderr
+    build = bwlab("kernel", "build", "--baseline", timeout=3600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    key = build.stdout.split()[0]
+    again = bwlab("kernel", "build", "--baseline", timeout=60)  # cached: instant
+    assert again.returncode == 0 and again.stdout.split()[0] == key
+    return key
+
+
+def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: Path) -> None:
+    proc = bwlab(
+        "run",
+        str(DATA / "table2-10ms.toml"),
+        "--target",
+        "guest",
+        "--kernel",
+        kernel_key,
+        "--out",
+        str(tmp_path),
+        timeout=900,
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "table2-10ms-guest-baseline.json").read_text())
+    meta = doc["meta"]
+    assert doc["status"] == "ok" and meta["splats"] == []
+    assert meta["kernel_release"].startswith("7.3.4") and meta["guest_ncpu"] == 2 and meta["hz"] == 250
+    metrics = doc["cases"][0]["reps"][0]["metrics"]
+    assert metrics["nr_periods"] > 200
+    assert metrics["throttled_pct"] > 20  # reference: ~48-51 % on 7.3.4 at a 10 ms period
+    console = Path(meta["console_log"]).read_text()
+    assert "Linux version 7.3.4" in console and "BWLAB-" not in console  # results never on the console
+
+
+def test_guest_timeout_is_reported(kernel_key: str, tmp_path: Path) -> None:
+    proc = bwlab(
+        "run",
+        str(DATA / "table2-10ms.toml"),
+        "--target",
+        "guest",
+        "--kernel",
+        kernel_key,
+        "--out",
+        str(tmp_path),
+        "--timeout",
+        "3",
+        timeout=120,
+    )
+    assert proc.returncode == 1
+    assert "guest timed out after 3 s" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+    doc = json.loads((tmp_path / "table2-10ms-guest-baseline.json").read_text())
+    assert doc["status"] == "timeout"
+    assert Path(doc["meta"]["console_log"]).is_file()
+    assert not _qemu_with(str(tmp_path))
+
+
+def _qemu_with(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if "qemu-system" in cmd and needle in cmd:
+                pids.append(int(entry.name))
+    return pids
+
+
+def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bwlab.cli",
+            "run",
+            str(DATA / "table2-10ms.toml"),
+            "--target",
+            "guest",
+            "--kernel",
+            kernel_key,
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        while not _qemu_with(str(tmpdir)):
+            assert time.monotonic() < deadline, "qemu never started"
+            time.sleep(0.2)
+        time.sleep(1)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert not _qemu_with(str(tmpdir))
+    assert list(tmpdir.iterdir()) == []

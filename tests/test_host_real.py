@@ -1,0 +1,110 @@
+"""Against the running kernel's real cgroups: throttling is seen and nothing is left behind."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from bwlab import cgroup
+
+from conftest import DATA, REPO, bwlab, needs_root
+
+pytestmark = [pytest.mark.host, needs_root()]
+
+
+def bwlab_dirs(pid: int | None = None) -> list[Path]:
+    """bwlab cgroups (of one bwlab process, or of any) in every mounted hierarchy."""
+    prefix = f"{cgroup.GROUP_PREFIX}{pid}-" if pid else cgroup.GROUP_PREFIX
+    found: list[Path] = []
+    for hier in cgroup.CGROUP_ROOT.iterdir():
+        if hier.is_dir():
+            found += [d for d in hier.iterdir() if d.is_dir() and d.name.startswith(prefix)]
+    root_children = [d for d in cgroup.CGROUP_ROOT.iterdir() if d.name.startswith(prefix)]
+    return found + root_children
+
+
+def test_quota_throttles_and_group_is_removed(tmp_path: Path) -> None:
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "throttle-host.toml"), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "throttle-host-host.json").read_text())
+    metrics = doc["cases"][0]["reps"][0]["metrics"]
+    # 1 ms of quota per 10 ms period against a thread that always wants to run.
+    assert metrics["nr_periods"] >= 100
+    assert metrics["throttled_pct"] > 50
+    assert metrics["cpus_used"] < 0.2
+    assert doc["meta"]["cgroup"].startswith("cgroup v")
+    assert doc["meta"]["hz"] in (100, 250, 300, 1000, None)
+    assert set(bwlab_dirs()) == before
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "throttle-host-throttled.png").is_file()
+
+
+def _wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.1)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def _pids_with(needle: str) -> list[int]:
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if needle in (entry / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(entry.name))
+            except OSError:
+                continue
+    return pids
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
+def test_interrupt_mid_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "bwlab.cli",
+            "run",
+            str(DATA / "long-host.toml"),
+            "--target",
+            "host",
+            "--out",
+            str(tmp_path / "out"),
+        ],
+        cwd=REPO,
+        env={**os.environ, "TMPDIR": str(tmpdir)},
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        dirs = _wait_for(lambda: bwlab_dirs(proc.pid), 60, "the run's cgroup")
+        cpu_dir = next(d for d in dirs if (d / "cpu.stat").exists())
+        workload = _wait_for(
+            lambda: [int(p) for p in (cpu_dir / "cgroup.procs").read_text().split()], 30, "the workload in its cgroup"
+        )
+        writers = _wait_for(lambda: _pids_with(cpu_dir.name), 30, "the cgwrite side process")
+        assert any(tmpdir.iterdir())  # the run's temp dir exists while it runs
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130, err
+    assert "interrupted" in err and "Traceback" not in err
+    assert bwlab_dirs(proc.pid) == []
+    for pid in workload + writers:
+        assert not Path(f"/proc/{pid}").exists(), f"process {pid} survived"
+    assert list(tmpdir.iterdir()) == []

@@ -1,0 +1,126 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bwlab import kernel_build, kernel_source
+from bwlab.errors import BwlabError
+
+PATCH = """From 1 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] x
+---
+ kernel/sched/fair.c | 1 +
+--- a/kernel/sched/fair.c
++++ b/kernel/sched/fair.c
+@@ -1 +1,2 @@
+ a
++b
+"""
+
+
+def fake_tree(root: Path, sub: int = 4) -> Path:
+    (root / "kernel" / "sched").mkdir(parents=True)
+    (root / "kernel" / "sched" / "fair.c").write_text("a\n")
+    (root / "Makefile").write_text(f"# SPDX\nVERSION = 7\nPATCHLEVEL = 3\nSUBLEVEL = {sub}\nEXTRAVERSION =\n")
+    return root
+
+
+def variant(
+    tmp_path: Path, series: kernel_build.Series, hz: int = 250, frag: str = "CONFIG_X=y\n"
+) -> kernel_build.Variant:
+    tree = tmp_path / "src"
+    if not tree.exists():
+        fake_tree(tree)
+    f = tmp_path / "lab.config"
+    f.write_text(frag)
+    return kernel_build.Variant(kernel_source.user_source(tree), series, (f,), hz)
+
+
+def series_with(tmp_path: Path, text: str) -> kernel_build.Series:
+    d = tmp_path / "patches"
+    d.mkdir(exist_ok=True)
+    (d / "0001-x.patch").write_text(text)
+    (d / "series").write_text("# comment\n0001-x.patch\n\n")
+    return kernel_build.read_series(d / "series")
+
+
+def test_cache_key_tracks_inputs(tmp_path: Path) -> None:
+    empty = kernel_build.read_series(None)
+    base = variant(tmp_path, empty).key
+    assert base == variant(tmp_path, empty).key  # same inputs, same key
+    assert base.startswith("7.3.4-")
+    assert variant(tmp_path, empty, hz=1000).key != base
+    assert variant(tmp_path, empty, frag="CONFIG_X=n\n").key != base
+    one = variant(tmp_path, series_with(tmp_path, PATCH)).key
+    assert one != base
+    assert variant(tmp_path, series_with(tmp_path, PATCH + "\n")).key != one  # patch content counts
+
+
+def test_series_errors(tmp_path: Path) -> None:
+    with pytest.raises(BwlabError, match="no such file"):
+        kernel_build.read_series(tmp_path / "series")
+    (tmp_path / "series").write_text("missing.patch\n")
+    with pytest.raises(BwlabError, match=r"series:1: patch missing\.patch not found"):
+        kernel_build.read_series(tmp_path / "series")
+
+
+def test_shipped_series_parses() -> None:
+    from bwlab.paths import DEFAULT_SERIES
+
+    series = kernel_build.read_series(DEFAULT_SERIES)
+    assert all(p.is_file() for p in series.patches)
+
+
+def test_patched_files() -> None:
+    assert kernel_build.patched_files_text(PATCH) == {"kernel/sched/fair.c"}
+
+
+def test_hz_fragment() -> None:
+    text = kernel_build.hz_fragment(1000)
+    assert "CONFIG_HZ_1000=y" in text and "CONFIG_HZ_250=n" in text and "CONFIG_HZ=1000" in text
+    with pytest.raises(BwlabError, match="unsupported"):
+        kernel_build.hz_fragment(123)
+
+
+def test_prepare_tree_leaves_pristine_source(tmp_path: Path, empty_cache: Path) -> None:
+    v = variant(tmp_path, series_with(tmp_path, PATCH))
+    work = tmp_path / "work"
+    work.mkdir()
+    src = kernel_build.prepare_tree(v, work, work / "log")
+    assert (src / "kernel/sched/fair.c").read_text() == "a\nb\n"
+    assert (tmp_path / "src/kernel/sched/fair.c").read_text() == "a\n"
+    assert (src / "Makefile").stat().st_ino == (tmp_path / "src/Makefile").stat().st_ino  # shared, not copied
+
+
+def test_bad_patch_fails_with_log(tmp_path: Path, empty_cache: Path) -> None:
+    v = variant(tmp_path, series_with(tmp_path, PATCH.replace(" a\n+b", " zzz\n+b")))
+    work = tmp_path / "work"
+    work.mkdir()
+    with pytest.raises(BwlabError, match=r"apply 0001-x\.patch failed .*full log"):
+        kernel_build.prepare_tree(v, work, work / "log")
+    assert (tmp_path / "src/kernel/sched/fair.c").read_text() == "a\n"
+
+
+def test_user_source_errors(tmp_path: Path) -> None:
+    with pytest.raises(BwlabError, match="no such directory"):
+        kernel_source.user_source(tmp_path / "nope")
+    with pytest.raises(BwlabError, match="not a kernel source tree"):
+        kernel_source.user_source(tmp_path)
+    assert kernel_source.user_source(fake_tree(tmp_path / "k", sub=9)).version == "7.3.9"
+
+
+def test_archive_uri_skips_security(tmp_path: Path) -> None:
+    f = tmp_path / "debian.sources"
+    f.write_text(
+        "Types: deb\nURIs: http://sec.example/x\nSuites: bookworm-security\n\n"
+        "Types: deb\nURIs: http://main.example/debian\nSuites: bookworm bookworm-updates\n"
+    )
+    assert kernel_source.read_archive_uri(f) == "http://main.example/debian"
+    f.write_text("Types: deb\n")
+    with pytest.raises(BwlabError, match="no non-security"):
+        kernel_source.read_archive_uri(f)
+
+
+def test_missing_kernel_source_is_reported(empty_cache: Path) -> None:
+    assert kernel_source.cached_source() is None

@@ -1,0 +1,168 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bwlab import scenario
+from bwlab.errors import BwlabError
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "sc.toml"
+    path.write_text(text)
+    return path
+
+
+GOOD = """
+name = "t"
+repetitions = 2
+duration_s = 1
+[cgroup]
+period_us = 10000
+quota_cpus = "ncpu"
+[workload]
+kind = "sysbench-cpu"
+threads = "ncpu"
+"""
+
+
+@pytest.mark.parametrize("name", scenario.builtin_names())
+def test_builtin_scenarios_load_and_resolve(name: str) -> None:
+    sc = scenario.load(scenario.builtin_path(name))
+    for ncpu in (1, 2, 8):
+        specs = sc.resolve(ncpu)
+        assert specs and all(s.ncpu == ncpu for s in specs)
+        assert len({s.case for s in specs}) == len(specs)
+
+
+def test_builtins_shipped() -> None:
+    assert {"table2", "rewrite-storm", "slice", "cglat"} <= set(scenario.builtin_names())
+
+
+def test_table2_quota_equals_demand() -> None:
+    specs = {s.case: s for s in scenario.load(scenario.builtin_path("table2")).resolve(4)}
+    assert specs["unlimited"].quota_us is None
+    for case, period in (("100ms", 100000), ("50ms", 50000), ("10ms", 10000)):
+        assert specs[case].period_us == period
+        assert specs[case].quota_us == 4 * period
+        assert "--threads=4" in specs[case].workload.argv
+
+
+def test_cglat_quota_vs_cpuset_half_cpus() -> None:
+    specs = {s.case: s for s in scenario.load(scenario.builtin_path("cglat")).resolve(4)}
+    assert specs["quota"].quota_us == 2 * 100000 and specs["quota"].cpus is None
+    assert specs["cpuset"].quota_us is None and specs["cpuset"].cpus == "0-1"
+    one = {s.case: s for s in scenario.load(scenario.builtin_path("cglat")).resolve(1)}
+    assert one["quota"].quota_us == 100000  # at least one CPU... of quota
+    assert one["cpuset"].cpus is None  # one CPU of one is all CPUs
+
+
+def test_rewrite_storm_matrix() -> None:
+    specs = scenario.load(scenario.builtin_path("rewrite-storm")).resolve(2)
+    assert len(specs) == 4
+    with_writer = [s for s in specs if s.sides]
+    assert len(with_writer) == 2 and all(s.sides[0].interval_us == 100000 for s in with_writer)
+    assert {s.quota_us for s in specs} == {20000, 10000}
+
+
+def test_slice_matrix_sets_sysctl() -> None:
+    specs = scenario.load(scenario.builtin_path("slice")).resolve(2)
+    values = sorted(int(s.sysctls["kernel.sched_cfs_bandwidth_slice_us"]) for s in specs)
+    assert values == [1000, 5000, 20000]
+
+
+def test_overrides_apply(tmp_path: Path) -> None:
+    sc = scenario.load(write(tmp_path, GOOD), {"repetitions": 1, "duration_s": 3})
+    (spec,) = sc.resolve(2)
+    assert spec.repetitions == 1 and spec.duration_s == 3
+
+
+@pytest.mark.parametrize(
+    ("text", "message", "line"),
+    [
+        (GOOD.replace("period_us", "peroid_us"), "unknown key 'peroid_us' in [cgroup]", 6),
+        (GOOD.replace('kind = "sysbench-cpu"', 'kind = "nope"'), "unknown workload kind 'nope'", 9),
+        (GOOD.replace('quota_cpus = "ncpu"', 'quota_cpus = "lots"'), "quota_cpus", 7),
+        (GOOD.replace("period_us = 10000", "period_us = 10"), "period_us must be an integer in 1000..1000000", 6),
+        (GOOD.replace("repetitions = 2", "repetitions = 0"), "repetitions must be", 3),
+        ("bogus = 1\n" + GOOD, "unknown top-level key 'bogus'", 1),
+        (GOOD.replace('threads = "ncpu"', 'threads = "ncpu"\nmax_prim = 3'), "unknown key 'max_prim'", 11),
+    ],
+)
+def test_invalid_scenarios_name_key_and_line(tmp_path: Path, text: str, message: str, line: int) -> None:
+    path = write(tmp_path, text)
+    with pytest.raises(scenario.ScenarioError) as exc:
+        scenario.load(path)
+    assert message in str(exc.value)
+    assert str(exc.value).startswith(f"{path}:{line}:")
+    assert "\n" not in str(exc.value)
+
+
+def test_invalid_toml_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match="invalid TOML"):
+        scenario.load(write(tmp_path, "name = \n"))
+
+
+def test_matrix_and_cases(tmp_path: Path) -> None:
+    text = GOOD + '\n[matrix]\n"cgroup.period_us" = [10000, 20000]\n[[case]]\nname = "a"\n[[case]]\nname = "b"\n'
+    sc = scenario.load(write(tmp_path, text))
+    assert [c for c, _, _ in sc.cases] == [
+        "a-period_us=10000",
+        "b-period_us=10000",
+        "a-period_us=20000",
+        "b-period_us=20000",
+    ]
+
+
+def test_matrix_bad_path(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match="does not address a setting"):
+        scenario.load(write(tmp_path, GOOD + '\n[matrix]\n"nothing" = [1]\n'))
+
+
+def test_matrix_value_validated(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match=r"case period_us=5\)"):
+        scenario.load(write(tmp_path, GOOD + '\n[matrix]\n"cgroup.period_us" = [10000, 5]\n'))
+
+
+def test_duplicate_case_names(tmp_path: Path) -> None:
+    with pytest.raises(scenario.ScenarioError, match="both named 'x'"):
+        scenario.load(write(tmp_path, GOOD + '\n[[case]]\nname = "x"\n[[case]]\nname = "x"\n'))
+
+
+def test_rewrite_needs_quota(tmp_path: Path) -> None:
+    sc = scenario.load(write(tmp_path, GOOD.replace('quota_cpus = "ncpu"', 'quota_cpus = "max"') + "[side.rewrite]\n"))
+    with pytest.raises(BwlabError, match="needs a quota"):
+        sc.resolve(2)
+
+
+def test_cpuset_larger_than_target(tmp_path: Path) -> None:
+    sc = scenario.load(write(tmp_path, GOOD.replace('quota_cpus = "ncpu"', "cpus = 4")))
+    with pytest.raises(BwlabError, match="target has 2"):
+        sc.resolve(2)
+
+
+@pytest.mark.parametrize(
+    ("expr", "ncpu", "value"),
+    [
+        ("ncpu", 4, 4),
+        ("ncpu/2", 4, 2),
+        ("ncpu*1.5", 2, 3),
+        (3, 8, 3),
+        ("max(1, ncpu/2)", 1, 1),
+        ("max(1, ncpu/2)", 8, 4),
+    ],
+)
+def test_cpu_expressions(expr: object, ncpu: int, value: float) -> None:
+    assert scenario.cpu_value(expr, ncpu, "x") == value
+
+
+@pytest.mark.parametrize("expr", ["ncpu/0", "cpus", -1, True, "2*ncpu"])
+def test_bad_cpu_expressions(expr: object) -> None:
+    with pytest.raises(BwlabError):
+        scenario.cpu_value(expr, 2, "x")
+
+
+def test_find_unknown() -> None:
+    with pytest.raises(scenario.ScenarioError, match="unknown scenario 'nope'"):
+        scenario.find("nope")

@@ -1,0 +1,100 @@
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from bwlab import metrics, stats
+from bwlab.errors import BwlabError
+from bwlab.scenario import RunSpec, Workload
+
+
+def test_summarize() -> None:
+    s = stats.summarize([1.0, 2.0, 3.0, 6.0])
+    assert s == {"n": 4, "mean": 3.0, "min": 1.0, "max": 6.0, "stdev": pytest.approx(2.160246899)}
+    assert stats.summarize([5])["stdev"] is None
+    assert stats.summarize([])["n"] == 0
+
+
+def test_percentile_nearest_rank() -> None:
+    data = list(range(1, 101))
+    assert stats.percentile(data, 50) == 50
+    assert stats.percentile(data, 99) == 99
+    assert stats.percentile(data, 100) == 100
+    assert stats.percentile([7], 0) == 7
+    with pytest.raises(ValueError):
+        stats.percentile([], 50)
+
+
+def test_histogram() -> None:
+    assert stats.histogram([0, 1, 1.5, 2, 9, -1], [0, 1, 2, 3]) == [1, 2, 2]
+    with pytest.raises(ValueError):
+        stats.histogram([1], [1, 1])
+
+
+def spec(kind: str = "sysbench-cpu", quota: int | None = 20000) -> RunSpec:
+    return RunSpec(
+        scenario="s",
+        case="c",
+        params={},
+        ncpu=2,
+        period_us=10000,
+        quota_us=quota,
+        burst_us=0,
+        cpus=None,
+        sysctls={},
+        workload=Workload(kind, (kind,)),
+        sides=(),
+        duration_s=1,
+        repetitions=1,
+    )
+
+
+SYSBENCH = """CPU speed:
+    events per second:   345.67
+General statistics:
+    total time:                          10.0010s
+    total number of events:              3457
+"""
+
+
+def test_rep_metrics_v2() -> None:
+    raw = metrics.RawRep(
+        stat_before="usage_usec 1000\nnr_periods 10\nnr_throttled 1\nthrottled_usec 5\n",
+        stat_after="usage_usec 9001000\nnr_periods 510\nnr_throttled 251\nthrottled_usec 1005\n",
+        wall_s=5.0,
+        rc=0,
+        stdout=SYSBENCH,
+        sides=['{"writer":"cgwrite","writes":50,"errors":0}\n'],
+    )
+    m, samples = metrics.rep_metrics(spec(), raw)
+    assert m["throttled_pct"] == pytest.approx(50.0)
+    assert m["cpus_used"] == pytest.approx(1.8)
+    assert m["usage_per_quota"] == pytest.approx(0.9)
+    assert m["events_per_s"] == 345.67 and m["rewrites"] == 50
+    assert samples == []
+
+
+def test_rep_metrics_no_periods_is_none() -> None:
+    raw = metrics.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 0, SYSBENCH)
+    m, _ = metrics.rep_metrics(spec(quota=None), raw)
+    assert m["throttled_pct"] is None and "usage_per_quota" not in m
+
+
+def test_rep_metrics_failed_workload() -> None:
+    raw = metrics.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 3, "", "FATAL: boom")
+    with pytest.raises(BwlabError, match=r"exited 3 .*boom"):
+        metrics.rep_metrics(spec(), raw)
+
+
+def test_cglat_metrics() -> None:
+    doc = {"workload": "cglat", "samples_us": [10100] * 98 + [95000, 110000]}
+    m, samples = metrics.parse_cglat("noise\n" + json.dumps(doc) + "\n")
+    assert m["p50_us"] == 10100 and m["p99_us"] == 95000 and m["max_us"] == 110000 and len(samples) == 100
+    with pytest.raises(BwlabError):
+        metrics.parse_cglat("not json")
+
+
+def test_sysbench_garbage() -> None:
+    with pytest.raises(BwlabError, match="events per second"):
+        metrics.parse_sysbench("FATAL")

@@ -1,0 +1,58 @@
+"""The static C workloads, built and run for real on the host."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bwlab import tools
+
+
+@pytest.fixture(scope="module")
+def bindir() -> Path:
+    return tools.build_workloads()
+
+
+def test_workloads_are_static(bindir: Path) -> None:
+    for prog in tools.OUR_PROGRAMS:
+        out = subprocess.run(["file", "-L", str(bindir / prog)], capture_output=True, text=True).stdout
+        assert "statically linked" in out or "static-pie" in out, out
+
+
+def test_cglat_records_sleeps(bindir: Path) -> None:
+    proc = subprocess.run(
+        [str(bindir / "cglat"), "-b", "2", "-s", "10000", "-d", "1"], capture_output=True, text=True, timeout=30
+    )
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["burners"] == 2 and doc["count"] == len(doc["samples_us"]) and 20 <= doc["count"] <= 100
+    assert all(s >= 10000 for s in doc["samples_us"])  # a 10 ms sleep never takes less than 10 ms
+    assert doc["p50_us"] <= doc["p99_us"] <= doc["max_us"]
+    assert "ms-" in proc.stderr  # text histogram
+
+
+@pytest.mark.parametrize("args", [["-b", "-1"], ["-s", "0"], ["-d", "x"], ["extra"]])
+def test_cglat_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = subprocess.run([str(bindir / "cglat"), *args], capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_cgwrite_rewrites_same_value(bindir: Path, tmp_path: Path) -> None:
+    target = tmp_path / "cpu.max"
+    target.write_text("")
+    proc = subprocess.run(
+        [str(bindir / "cgwrite"), str(target), "20000 10000", "1000", "5"], capture_output=True, text=True, timeout=10
+    )
+    assert proc.returncode == 0
+    assert json.loads(proc.stdout) == {"writer": "cgwrite", "writes": 5, "errors": 0}
+    assert target.read_text() == "20000 10000"
+
+
+def test_cgwrite_missing_file(bindir: Path, tmp_path: Path) -> None:
+    proc = subprocess.run(
+        [str(bindir / "cgwrite"), str(tmp_path / "nope"), "1", "1000"], capture_output=True, text=True, timeout=10
+    )
+    assert proc.returncode == 1 and "nope" in proc.stderr
