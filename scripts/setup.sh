@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# Install what bwlab needs on a Debian machine (root or sudo) and the Python package in .venv.
+# Idempotent: packages already present are not reinstalled.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PACKAGES=(
+  qemu-system-x86 busybox-static sysbench rt-tests              # guest and workloads
+  build-essential flex bison bc libelf-dev libssl-dev            # kernel build
+  cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
+)
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
+
+missing=()
+for pkg in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")
+done
+if [ "${#missing[@]}" -gt 0 ]; then
+  echo "setup: installing ${missing[*]}" >&2
+  $SUDO apt-get update -q >&2
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
+fi
+
+PYTHON=${PYTHON:-python3}
+if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
+  echo "setup: bwlab needs Python >= 3.11 (found $("$PYTHON" --version 2>&1))" >&2
+  exit 1
+fi
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >&2
+.venv/bin/python -m pip install -q -e '.[dev]' >&2
