@@ -7,5 +7,4 @@ bash scripts/setup.sh
 .venv/bin/ruff check bwlab tests
 .venv/bin/ruff format --check bwlab tests
 .venv/bin/mypy
-make -s -C workloads OUT="$(mktemp -d)"
 exec .venv/bin/pytest -v -ra "$@"
