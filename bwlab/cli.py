@@ -158,16 +158,20 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 
 def _print_summary(directory: Path) -> None:
+    """One compact table per scenario: target label, case and the metrics it has."""
     from bwlab import results
 
-    rows = report.summary_rows(results.load_dir(directory), brief=True)
-    heads = [h for _, h, _ in report.COLUMNS if any(h in cells for *_, cells in rows)]
-    table = Table(title=f"bwlab summary ({directory}); mean ±stdev over repetitions")
-    for col in ("scenario", "target", "case", *heads):
-        table.add_column(col)
-    for sc_name, label, case, cells in rows:
-        table.add_row(sc_name, label, case, *(cells.get(h, "-") for h in heads))
-    console.print(table)
+    docs = results.load_dir(directory)
+    for sc_name in sorted({d["scenario"] for d in docs}):
+        rows = report.summary_rows([d for d in docs if d["scenario"] == sc_name], brief=True, short=True)
+        heads = [h for _, h, _ in report.COLUMNS if h in report.CONSOLE_COLUMNS and any(h in c for *_, c in rows)]
+        table = Table(title=f"{sc_name}: mean ±stdev over repetitions")
+        for col in ("target", "case", *heads):
+            table.add_column(col)
+        for _, label, case, cells in rows:
+            table.add_row(label, case, *(cells.get(h, "-") for h in heads))
+        console.print(table)
+    console.print(f"details: {directory / 'report.md'}")
 
 
 def cmd_report(args: argparse.Namespace) -> int:

@@ -28,6 +28,8 @@ from bwlab.scenario import RunSpec
 
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
+# Every guest carries all of these, so a scenario can use any of them.
+GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite")
 # Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
 SPLAT_PATTERNS = [
     re.compile(p)
@@ -215,8 +217,7 @@ def build_initramfs(specs: list[RunSpec], dest: Path, work: Path) -> Path:
         link = root / "bin" / applet
         if not link.exists():
             link.symlink_to("busybox")
-    needed = {spec.workload.argv[0] for spec in specs} | {"cgwrite"}
-    for program in sorted(needed):
+    for program in GUEST_PROGRAMS:
         (root / "bin" / program).unlink(missing_ok=True)
         _copy_with_libs(tools.resolve(program), root, f"/bin/{program}")
     (root / "init").write_text(INIT)

@@ -36,6 +36,10 @@ def _num(value: float) -> str:
     return f"{value:.2f}"
 
 
+# The columns the terminal summary shows (report.md shows all).
+CONSOLE_COLUMNS = {"throttled %", "usage/quota", "events/s", "sleep p50 ms", "sleep p99 ms"}
+
+
 def _fmt(summary: dict[str, Any], scale: float, brief: bool = False) -> str:
     """'mean [min-max] ±stdev' (brief: 'mean ±stdev') of a summarize() result."""
     if not summary["n"]:
@@ -125,13 +129,15 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
     return path
 
 
-def summary_rows(docs: list[dict[str, Any]], brief: bool = False) -> list[tuple[str, str, str, dict[str, str]]]:
+def summary_rows(
+    docs: list[dict[str, Any]], brief: bool = False, short: bool = False
+) -> list[tuple[str, str, str, dict[str, str]]]:
     """(scenario, target label, case, {column heading: formatted cell}) for every case."""
     rows = []
-    for doc in docs:
+    for doc in sorted(docs, key=lambda d: str(d["meta"]["label"])):
         for case, metrics in case_summaries(doc):
             cells = {head: _fmt(metrics[key], scale, brief) for key, head, scale in COLUMNS if key in metrics}
-            rows.append((doc["scenario"], _label(doc), case, cells))
+            rows.append((doc["scenario"], doc["meta"]["label"] if short else _label(doc), case, cells))
     return rows
 
 
