@@ -47,9 +47,11 @@ def _series(args: argparse.Namespace) -> kernel_build.Series:
     return kernel_build.read_series(Path(args.series) if args.series else DEFAULT_SERIES)
 
 
-def _variant(args: argparse.Namespace, fetch: bool) -> kernel_build.Variant:
+def _variant(
+    args: argparse.Namespace, fetch: bool, source: kernel_source.KernelSource | None = None
+) -> kernel_build.Variant:
     frags = kernel_build.default_fragments([Path(f) for f in args.config or []])
-    return kernel_build.Variant(_source(args, fetch), _series(args), frags, args.hz)
+    return kernel_build.Variant(source or _source(args, fetch), _series(args), frags, args.hz)
 
 
 def _add_variant_args(p: argparse.ArgumentParser) -> None:
@@ -186,10 +188,11 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     out = Path(args.out) if args.out else _default_out("reproduce")
     images: list[tuple[str, kernel_build.KernelImage]] = []
     if not args.no_guest:
+        source = _source(args, fetch=True)
         args.baseline, args.series = True, None
-        images.append(("baseline", _build(_variant(args, fetch=True))))
+        images.append(("baseline", _build(_variant(args, fetch=True, source=source))))
         args.baseline = False
-        patched = _variant(args, fetch=True)
+        patched = _variant(args, fetch=True, source=source)
         if patched.series.patches:
             images.append(("patched", _build(patched)))
     failures: list[str] = []

@@ -31,5 +31,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-.venv/bin/python -m pip install -q --upgrade pip >&2
-.venv/bin/python -m pip install -q -e '.[dev]' >&2
+# Reinstall only when pyproject.toml changed since the last install.
+if [ ! -f .venv/.bwlab-installed ] || [ pyproject.toml -nt .venv/.bwlab-installed ]; then
+  .venv/bin/python -m pip install -q --upgrade pip >&2
+  .venv/bin/python -m pip install -q -e '.[dev]' >&2
+  touch .venv/.bwlab-installed
+fi
