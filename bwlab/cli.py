@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from rich.table import Table
 
-from bwlab import kernel_build, kernel_source, report, runner, scenario
+from bwlab import cgroup, kernel_build, kernel_source, report, results, runner, scenario
 from bwlab.errors import BwlabError
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.progress import console, step
@@ -161,8 +161,6 @@ def cmd_run(args: argparse.Namespace) -> int:
 
 def _print_summary(directory: Path) -> None:
     """One compact table per scenario: target label, case and the metrics it has."""
-    from bwlab import results
-
     docs = results.load_dir(directory)
     for sc_name in sorted({d["scenario"] for d in docs}):
         rows = report.summary_rows([d for d in docs if d["scenario"] == sc_name], brief=True, short=True)
@@ -287,8 +285,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write("bwlab: interrupted; cgroups, child processes and temp files removed\n")
         return 130
     finally:
-        from bwlab import cgroup
-
         cgroup.remove_all()
         sys.stdout.flush()
 

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
+import platform
+import re
 import signal
 import subprocess
 import tempfile
@@ -90,10 +93,6 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
 
 def kernel_hz() -> int | None:
     """CONFIG_HZ of the running kernel, from its config if one is published."""
-    import gzip
-    import platform
-    import re
-
     candidates = [Path("/proc/config.gz"), Path(f"/boot/config-{platform.release()}")]
     for path in candidates:
         try:
