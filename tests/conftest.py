@@ -34,3 +34,17 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 def needs_root() -> pytest.MarkDecorator:
     return pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups")
+
+
+def pids_with(*needles: str) -> list[int]:
+    """Live processes whose command line contains every needle."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+            except OSError:
+                continue
+            if all(n in cmd for n in needles):
+                pids.append(int(entry.name))
+    return pids

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import DATA, REPO, bwlab
+from conftest import DATA, REPO, bwlab, pids_with
 
 pytestmark = pytest.mark.guest
 
@@ -29,18 +29,13 @@ def kernel_key() -> str:
     return key
 
 
+def guest_args(kernel_key: str, out: Path) -> list[str]:
+    """`bwlab run` arguments for the short 10 ms table2 in a guest of the built kernel."""
+    return ["run", str(DATA / "table2-10ms.toml"), "--target", "guest", "--kernel", kernel_key, "--out", str(out)]
+
+
 def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: Path) -> None:
-    proc = bwlab(
-        "run",
-        str(DATA / "table2-10ms.toml"),
-        "--target",
-        "guest",
-        "--kernel",
-        kernel_key,
-        "--out",
-        str(tmp_path),
-        timeout=900,
-    )
+    proc = bwlab(*guest_args(kernel_key, tmp_path), timeout=900)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "table2-10ms-guest-baseline.json").read_text())
     meta = doc["meta"]
@@ -54,57 +49,20 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
 
 
 def test_guest_timeout_is_reported(kernel_key: str, tmp_path: Path) -> None:
-    proc = bwlab(
-        "run",
-        str(DATA / "table2-10ms.toml"),
-        "--target",
-        "guest",
-        "--kernel",
-        kernel_key,
-        "--out",
-        str(tmp_path),
-        "--timeout",
-        "3",
-        timeout=120,
-    )
+    proc = bwlab(*guest_args(kernel_key, tmp_path), "--timeout", "3", timeout=120)
     assert proc.returncode == 1
     assert "guest timed out after 3 s" in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
     doc = json.loads((tmp_path / "table2-10ms-guest-baseline.json").read_text())
     assert doc["status"] == "timeout"
     assert Path(doc["meta"]["console_log"]).is_file()
-    assert not _qemu_with(str(tmp_path))
-
-
-def _qemu_with(needle: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if "qemu-system" in cmd and needle in cmd:
-                pids.append(int(entry.name))
-    return pids
+    assert not pids_with("qemu-system", str(tmp_path))
 
 
 def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
     proc = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "bwlab.cli",
-            "run",
-            str(DATA / "table2-10ms.toml"),
-            "--target",
-            "guest",
-            "--kernel",
-            kernel_key,
-            "--out",
-            str(tmp_path / "out"),
-        ],
+        [sys.executable, "-m", "bwlab.cli", *guest_args(kernel_key, tmp_path / "out")],
         cwd=REPO,
         env={**os.environ, "TMPDIR": str(tmpdir)},
         stderr=subprocess.PIPE,
@@ -112,7 +70,7 @@ def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -
     )
     try:
         deadline = time.monotonic() + 60
-        while not _qemu_with(str(tmpdir)):
+        while not pids_with("qemu-system", str(tmpdir)):
             assert time.monotonic() < deadline, "qemu never started"
             time.sleep(0.2)
         time.sleep(1)
@@ -122,5 +80,5 @@ def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -
         if proc.poll() is None:
             proc.kill()
     assert proc.returncode == 130, err
-    assert not _qemu_with(str(tmpdir))
+    assert not pids_with("qemu-system", str(tmpdir))
     assert list(tmpdir.iterdir()) == []

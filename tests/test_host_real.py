@@ -14,7 +14,7 @@ import pytest
 
 from bwlab import cgroup
 
-from conftest import DATA, REPO, bwlab, needs_root
+from conftest import DATA, REPO, bwlab, needs_root, pids_with
 
 pytestmark = [pytest.mark.host, needs_root()]
 
@@ -56,18 +56,6 @@ def _wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-
     raise AssertionError(f"timed out waiting for {what}")
 
 
-def _pids_with(needle: str) -> list[int]:
-    pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if needle in (entry / "cmdline").read_bytes().decode(errors="replace"):
-                    pids.append(int(entry.name))
-            except OSError:
-                continue
-    return pids
-
-
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_mid_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     tmpdir = tmp_path / "tmp"
@@ -95,7 +83,7 @@ def test_interrupt_mid_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -
         workload = _wait_for(
             lambda: [int(p) for p in (cpu_dir / "cgroup.procs").read_text().split()], 30, "the workload in its cgroup"
         )
-        writers = _wait_for(lambda: _pids_with(cpu_dir.name), 30, "the cgwrite side process")
+        writers = _wait_for(lambda: pids_with(cpu_dir.name), 30, "the cgwrite side process")
         assert any(tmpdir.iterdir())  # the run's temp dir exists while it runs
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=30)
