@@ -48,10 +48,10 @@ def _series(args: argparse.Namespace) -> kernel_build.Series:
 
 
 def _variant(
-    args: argparse.Namespace, fetch: bool, source: kernel_source.KernelSource | None = None
+    args: argparse.Namespace, source: kernel_source.KernelSource, series: kernel_build.Series
 ) -> kernel_build.Variant:
     frags = kernel_build.default_fragments([Path(f) for f in args.config or []])
-    return kernel_build.Variant(source or _source(args, fetch), _series(args), frags, args.hz)
+    return kernel_build.Variant(source, series, frags, args.hz)
 
 
 def _add_variant_args(p: argparse.ArgumentParser) -> None:
@@ -94,7 +94,7 @@ def _build(variant: kernel_build.Variant) -> kernel_build.KernelImage:
 
 
 def cmd_kernel_build(args: argparse.Namespace) -> int:
-    image = _build(_variant(args, fetch=False))
+    image = _build(_variant(args, _source(args, fetch=False), _series(args)))
     print(f"{image.key} {image.bzimage}")
     return 0
 
@@ -137,7 +137,7 @@ def _guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
             if img.key == args.kernel:
                 return img
         raise BwlabError(f"no built kernel with key {args.kernel} (see 'bwlab kernel list')")
-    variant = _variant(args, fetch=False)
+    variant = _variant(args, _source(args, fetch=False), _series(args))
     image = kernel_build.cached_image(variant)
     if image is None:
         raise BwlabError(f"kernel {variant.key} is not built: run 'bwlab kernel build' with the same options")
@@ -187,10 +187,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     images: list[tuple[str, kernel_build.KernelImage]] = []
     if not args.no_guest:
         source = _source(args, fetch=True)
-        args.baseline, args.series = True, None
-        images.append(("baseline", _build(_variant(args, fetch=True, source=source))))
-        args.baseline = False
-        patched = _variant(args, fetch=True, source=source)
+        images.append(("baseline", _build(_variant(args, source, kernel_build.read_series(None)))))
+        patched = _variant(args, source, kernel_build.read_series(DEFAULT_SERIES))
         if patched.series.patches:
             images.append(("patched", _build(patched)))
     failures: list[str] = []
@@ -265,7 +263,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float)
     p.add_argument("--no-host", action="store_true")
     p.add_argument("--no-guest", action="store_true")
-    p.set_defaults(func=cmd_reproduce, baseline=False, series=None)
+    p.set_defaults(func=cmd_reproduce)
     return parser
 
 

@@ -239,7 +239,8 @@ def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
         raise BwlabError(f"kernel config lacks {', '.join(missing)} after merge; see {log}")
     dropped = [s for s, v in wanted.items() if v == "y" and f"\n{s}=y" not in final]
     if dropped:
-        log.open("a").write(f"\nbwlab: fragment symbols not set (deps missing): {dropped}\n")
+        with log.open("a") as fh:
+            fh.write(f"\nbwlab: fragment symbols not set (deps missing): {dropped}\n")
 
 
 def build(variant: Variant, jobs: int | None = None) -> KernelImage:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import shutil
 import subprocess
 from pathlib import Path
@@ -15,8 +16,9 @@ PACKAGED = {"sysbench": ("sysbench", "sysbench"), "hackbench": ("hackbench", "rt
             "busybox": ("busybox", "busybox-static")}  # fmt: skip
 
 
+@functools.cache
 def build_workloads() -> Path:
-    """`make -C workloads` into the cache (make keeps it incremental). Returns the bin dir."""
+    """`make -C workloads` into the cache, once per process (make keeps it incremental)."""
     out = workload_bin_dir()
     if shutil.which("make") is None or shutil.which("cc") is None:
         raise BwlabError("building workloads needs make and a C compiler (apt-get install build-essential)")
