@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from rich.table import Table
 
-from bwlab import cgroup, kernel_build, kernel_source, report, results, runner, scenario
+from bwlab import cgroup, kernel_build, kernel_source, policies, report, results, runner, scenario
 from bwlab.errors import BwlabError
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.progress import console, step
@@ -152,7 +152,9 @@ def cmd_run(args: argparse.Namespace) -> int:
     else:
         image = _guest_image(args)
         variant = "patched" if image.patches else "baseline"
-        path = runner.run_guest(sc, image, args.vcpus, out, variant, args.timeout)
+        if args.policy and not image.patches:
+            raise BwlabError(f"--policy {args.policy} needs a patched kernel; kernel {image.key} has no patches")
+        path = runner.run_guest(sc, image, args.vcpus, out, variant, args.timeout, args.policy)
     console.print(f"result: {path}")
     report.write_report(out)
     _print_summary(out)
@@ -247,6 +249,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, help="override the scenario's repetitions")
     p.add_argument("--duration", type=float, help="override the scenario's duration_s")
     p.add_argument("--timeout", type=float, help="guest time limit in seconds (default: from the plan)")
+    p.add_argument(
+        "--policy",
+        choices=policies.names(),
+        help="patched guest: which of the series' sched_feat switches are on (default: all)",
+    )
     p.set_defaults(func=cmd_run)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")

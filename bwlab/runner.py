@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from bwlab import cgroup, guest, host, results
+from bwlab import cgroup, guest, host, policies, results
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep, rep_metrics
@@ -95,16 +95,27 @@ def guest_timeout(specs: list[RunSpec]) -> float:
     return 120.0 + 1.5 * work + 15.0 * reps
 
 
+def guest_label(variant: str, policy: str | None, hz: int = 250) -> str:
+    """'guest-baseline', 'guest-patched-slush', 'guest-patched-all-hz1000'."""
+    label = f"guest-{variant}" + (f"-{policy}" if policy else "")
+    return label + (f"-hz{hz}" if hz != 250 else "")
+
+
 def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, variant: str,
-              timeout_s: float | None = None) -> Path:  # fmt: skip
-    """All cases in one boot of a vcpus-CPU guest running the given kernel."""
+              timeout_s: float | None = None, policy: str | None = None) -> Path:  # fmt: skip
+    """All cases in one boot of a vcpus-CPU guest running the given kernel.
+
+    `policy` (patched kernels) selects the series' sched_feat switches, see policies.py."""
     specs = sc.resolve(vcpus)
-    label = f"guest-{variant}"
+    label = guest_label(variant, policy, image.hz)
+    features = policies.feature_writes(policy) if policy else None
     limit = timeout_s if timeout_s is not None else guest_timeout(specs)
     with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, kernel {image.key}, limit {limit:.0f} s)"):
-        run = guest.run(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit)
+        run = guest.run(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features)
     meta = results.base_meta("guest", label)
     meta.update({
+        "policy": policy,
+        "sched_features": policies.parse_features(run.output.features),
         "kernel_release": run.output.hello.get("release"),
         "kernel_key": image.key,
         "source_version": image.version,
