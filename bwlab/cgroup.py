@@ -85,15 +85,24 @@ class Group:
             text += f"cpuacct_usage_ns {self.usage_file.read_text().strip()}\n"
         return text
 
+    def subtree(self) -> list[Path]:
+        """Every directory of the group, nested ones (a workload may make them) first."""
+        found: list[Path] = []
+        for top in self.dirs:
+            if top.exists():
+                nested = [Path(root) for root, _, _ in os.walk(top, topdown=False)]
+                found.extend(nested)  # bottom-up: children before their parent
+        return found
+
     def pids(self) -> set[int]:
         pids: set[int] = set()
-        for procs in self.procs_files:
+        for d in self.subtree():
             with contextlib.suppress(OSError):
-                pids.update(int(p) for p in procs.read_text().split())
+                pids.update(int(p) for p in (d / "cgroup.procs").read_text().split())
         return pids
 
     def remove(self, timeout: float = 5.0) -> None:
-        """Kill everything inside, then remove the directories (innermost hierarchy last)."""
+        """Kill everything inside, then remove the directories, nested ones first."""
         deadline = time.monotonic() + timeout
         while True:
             pids = self.pids()
@@ -101,12 +110,14 @@ class Group:
                 with contextlib.suppress(ProcessLookupError, PermissionError):
                     os.kill(pid, signal.SIGKILL)
             leftover = []
-            for d in self.dirs:
+            for d in self.subtree():
                 try:
-                    if d.exists():
-                        d.rmdir()
+                    d.rmdir()
+                except FileNotFoundError:
+                    pass
                 except OSError:
                     leftover.append(d)
+            leftover = [d for d in self.dirs if d.exists()] if leftover else []
             if not leftover:
                 _LIVE.pop(self.name, None)
                 return

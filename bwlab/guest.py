@@ -29,7 +29,7 @@ from bwlab.scenario import RunSpec
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
 # Every guest carries all of these, so a scenario can use any of them.
-GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite")
+GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite", "cgstress")
 # Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
 SPLAT_PATTERNS = [
     re.compile(p)
@@ -118,7 +118,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
                 "echo 'BWLAB-SECTION stdout' >&3; cat /tmp/out >&3",
                 "echo 'BWLAB-SECTION stderr' >&3; tail -n 20 /tmp/err >&3",
                 f"echo 'BWLAB-END {ci} {rep}' >&3",
-                f"rmdir {g}",
+                f"find {g} -depth -type d -exec rmdir {{}} \\; 2>/dev/null || rmdir {g}",
             ]
         for name in spec.sysctls:
             lines.append(f"echo $OLD_{ci}_{_ident(name)} > {_sysctl(name)}")

@@ -40,10 +40,20 @@ class Series:
 
     @property
     def digest(self) -> str:
+        """Hash of the code the series changes, in order: changelogs do not change a build."""
         h = hashlib.sha256()
         for patch in self.patches:
-            h.update(patch.name.encode() + b"\0" + patch.read_bytes() + b"\0")
+            h.update(patch_code(patch.read_bytes()) + b"\0")
         return h.hexdigest()[:16]
+
+
+DIFF_START = re.compile(rb"^(?:diff |--- a/|--- [^\s]+\t|Index: )", re.MULTILINE)
+
+
+def patch_code(text: bytes) -> bytes:
+    """The diff part of a patch (from its first 'diff ' line): what it does to the tree."""
+    match = DIFF_START.search(text)
+    return text[match.start() :] if match else text
 
 
 def read_series(path: Path | None) -> Series:

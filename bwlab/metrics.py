@@ -64,6 +64,18 @@ def parse_hackbench(stdout: str) -> dict[str, float]:
     return {"hackbench_s": float(match.group(1))}
 
 
+STRESS_COUNTERS = ("valid_writes", "invalid_writes", "einval_kept", "violations", "mkdir", "rmdir",
+                   "moves", "hotplug", "hotplug_errors")  # fmt: skip
+
+
+def parse_cgstress(stdout: str) -> dict[str, float]:
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        return {f"stress_{k}": float(doc[k]) for k in STRESS_COUNTERS}
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError) as exc:
+        raise BwlabError(f"cgstress output is not its JSON document: {exc}") from exc
+
+
 def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
     """Metrics of one repetition and its raw latency samples (empty when not a latency test)."""
     if raw.rc != 0:
@@ -89,6 +101,8 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         out.update(lat)
     elif kind == "hackbench":
         out.update(parse_hackbench(raw.stdout))
+    elif kind == "cgstress":
+        out.update(parse_cgstress(raw.stdout))
     for side in raw.sides:
         match = re.search(r'"writes":(\d+),"errors":(\d+)', side)
         if match:

@@ -31,6 +31,7 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
     "hackbench": {"kind", "groups", "loops"},
+    "cgstress": {"kind", "burners", "hotplug"},
 }
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
@@ -206,6 +207,8 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7)):
         if key in wl:
             need_int("workload", key, wl[key], lo, hi)
+    if not isinstance(wl.get("hotplug", False), bool):
+        raise _err(p, t, f"[workload] hotplug must be true or false, got {wl['hotplug']!r}{ctx}", "hotplug", "workload")
 
     sides = data.get("side", {})
     if not isinstance(sides, dict):
@@ -361,6 +364,9 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "cglat":
         burners = max(1, round(cpu_value(wl.get("burners", 32), ncpu, "burners")))
         argv = ("cglat", "-b", str(burners), "-s", str(wl.get("sleep_us", 10000)), "-d", dur_arg)
+    elif kind == "cgstress":
+        burners = max(1, min(64, round(cpu_value(wl.get("burners", "ncpu*4"), ncpu, "burners"))))
+        argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))
     else:  # hackbench
         groups = max(1, round(cpu_value(wl.get("groups", "ncpu"), ncpu, "groups")))
         argv = ("hackbench", "-g", str(groups), "-l", str(wl.get("loops", 1000)))
