@@ -13,7 +13,7 @@ from typing import NoReturn
 
 from rich.table import Table
 
-from bwlab import cgroup, kernel_build, kernel_source, policies, report, results, runner, scenario
+from bwlab import cgroup, kernel_build, kernel_source, kselftest, policies, report, results, runner, scenario
 from bwlab.errors import BwlabError
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.progress import console, step
@@ -151,7 +151,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = runner.run_host(sc, out)
     else:
         image = _guest_image(args)
-        variant = "patched" if image.patches else "baseline"
+        variant = ("patched" if image.patches else "baseline") + (f"-{image.flavor}" if image.flavor else "")
         if args.policy and not image.patches:
             raise BwlabError(f"--policy {args.policy} needs a patched kernel; kernel {image.key} has no patches")
         path = runner.run_guest(sc, image, args.vcpus, out, variant, args.timeout, args.policy)
@@ -174,6 +174,34 @@ def _print_summary(directory: Path) -> None:
             table.add_row(label, case, *(cells.get(h, "-") for h in heads))
         console.print(table)
     console.print(f"details: {directory / 'report.md'}")
+
+
+def cmd_kselftest(args: argparse.Namespace) -> int:
+    image = _guest_image(args)
+    if args.tests_tree:
+        tree = Path(args.tests_tree)
+    else:
+        series = kernel_build.read_series(DEFAULT_SERIES)
+        with step("kernel tree with the series applied (for test_cpu)"):
+            tree = kselftest.series_tree(_source(args, fetch=False), series)
+    test_cpu = kselftest.build_test_cpu(tree)
+    out = Path(args.out) if args.out else _default_out("kselftest")
+    label = runner.guest_label(("patched" if image.patches else "baseline")
+                               + (f"-{image.flavor}" if image.flavor else ""), None, image.hz)  # fmt: skip
+    with console.status(f"test_cpu in {label} ({args.vcpus} vCPUs, kernel {image.key})"):
+        path, tests = kselftest.run(image, test_cpu, args.vcpus, out, label)
+    table = Table(title=f"test_cpu on {label}")
+    table.add_column("test")
+    table.add_column("result")
+    for test in tests:
+        colour = {"pass": "green", "fail": "red"}.get(test.status, "yellow")
+        table.add_row(test.name, f"[{colour}]{test.status}[/{colour}]")
+    console.print(table)
+    console.print(f"result: {path}")
+    failed = [t.name for t in tests if t.status == "fail"]
+    if failed and not args.expect_fail:
+        raise BwlabError(f"{len(failed)} of {len(tests)} test_cpu tests failed: {', '.join(failed)}")
+    return 0
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -255,6 +283,16 @@ def build_parser() -> argparse.ArgumentParser:
         help="patched guest: which of the series' sched_feat switches are on (default: all)",
     )
     p.set_defaults(func=cmd_run)
+
+    p = sub.add_parser("kselftest", help="run the kernel's cgroup test_cpu (with the series' tests) in a guest")
+    p.add_argument("--kernel", metavar="KEY", help="a built kernel by key (bwlab kernel list)")
+    _add_variant_args(p)
+    p.add_argument("--tests-tree", metavar="DIR", help="kernel tree to build test_cpu from "
+                   "(default: the fetched source with the series applied)")  # fmt: skip
+    p.add_argument("--vcpus", type=int, default=2)
+    p.add_argument("--out", metavar="DIR")
+    p.add_argument("--expect-fail", action="store_true", help="exit 0 even if tests fail (baseline runs)")
+    p.set_defaults(func=cmd_kselftest)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")
     p.add_argument("dir")

@@ -215,8 +215,11 @@ def _copy_with_libs(binary: Path, root: Path, dest: str) -> None:
             shutil.copy2(lib.resolve(), lib_target)
 
 
-def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list[str] | None = None) -> Path:
-    """A newc cpio (uncompressed) with busybox, the workloads, /init and /plan.sh."""
+def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list[str] | None = None,
+                    plan: str | None = None, extra: dict[str, Path] | None = None) -> Path:  # fmt: skip
+    """A newc cpio (uncompressed) with busybox, the workloads, /init and /plan.sh.
+
+    `plan` replaces the plan rendered from `specs`; `extra` adds programs as /bin/NAME."""
     root = work / "root"
     for d in ("bin", "proc", "sys", "dev", "tmp", "lib64"):
         (root / d).mkdir(parents=True, exist_ok=True)
@@ -231,9 +234,12 @@ def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list
     for program in GUEST_PROGRAMS:
         (root / "bin" / program).unlink(missing_ok=True)
         _copy_with_libs(tools.resolve(program), root, f"/bin/{program}")
+    for name, path in (extra or {}).items():
+        (root / "bin" / name).unlink(missing_ok=True)
+        _copy_with_libs(path, root, f"/bin/{name}")
     (root / "init").write_text(INIT)
     (root / "init").chmod(0o755)
-    (root / "plan.sh").write_text(render_plan(specs, features))
+    (root / "plan.sh").write_text(plan if plan is not None else render_plan(specs, features))
     with dest.open("wb") as out:
         find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
         proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout,
@@ -266,7 +272,8 @@ def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, re
 
 
 def run(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
-        timeout_s: float, features: list[str] | None = None) -> GuestRun:  # fmt: skip
+        timeout_s: float, features: list[str] | None = None, plan: str | None = None,
+        extra: dict[str, Path] | None = None) -> GuestRun:  # fmt: skip
     """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt."""
     if shutil.which(QEMU) is None:
         raise BwlabError(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
@@ -277,7 +284,7 @@ def run(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, lab
     results = log_dir / f"{label}.results.log"
     with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
         tmp = Path(tmp_name)
-        initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features)
+        initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan, extra)
         cmd = qemu_command(image, initrd, vcpus, console, results)
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,

@@ -81,6 +81,11 @@ class Variant:
     fragments: tuple[Path, ...]
     hz: int
 
+    @property
+    def flavor(self) -> str:
+        """Names of the extra config fragments ("debug", "lockstat"), "" for the lab kernel."""
+        return "+".join(f.stem for f in self.fragments if f != LAB_CONFIG)
+
     def config_text(self) -> str:
         parts = []
         for frag in self.fragments:
@@ -115,6 +120,7 @@ class KernelImage:
     config_digest: str
     hz: int
     build_seconds: float
+    flavor: str = ""  # extra config fragments, e.g. "debug"
 
     def metadata(self) -> dict[str, object]:
         meta = asdict(self)
@@ -251,6 +257,15 @@ def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
     if dropped:
         with log.open("a") as fh:
             fh.write(f"\nbwlab: fragment symbols not set (deps missing): {dropped}\n")
+    # An extra fragment (debug, lockstat) is asked for on purpose: all of it must take effect.
+    for frag in variant.fragments:
+        if frag == LAB_CONFIG:
+            continue
+        asked = re.findall(r"^(CONFIG_\w+)=y$", frag.read_text(), re.MULTILINE)
+        lost = [sym for sym in asked if f"\n{sym}=y" not in final]
+        if lost:
+            raise BwlabError(f"config fragment {frag.name}: {', '.join(lost)} not set after merge "
+                             f"(missing dependency or compiler support); see {log}")  # fmt: skip
 
 
 def build(variant: Variant, jobs: int | None = None) -> KernelImage:
@@ -292,6 +307,7 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
             config_digest=variant.config_digest,
             hz=variant.hz,
             build_seconds=round(time.monotonic() - start, 1),
+            flavor=variant.flavor,
         )
         (dest / "meta.json").write_text(json.dumps(image.metadata(), indent=1))
         return image

@@ -96,3 +96,36 @@ def test_interrupt_mid_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -
     for pid in workload + writers:
         assert not Path(f"/proc/{pid}").exists(), f"process {pid} survived"
     assert list(tmpdir.iterdir()) == []
+
+
+def test_cgstress_churns_bandwidth_and_cleans_up(tmp_path: Path) -> None:
+    """Valid and invalid bandwidth writes, nested group churn and migration on the real host
+    hierarchy (no CPU hotplug here): every invalid write is refused and leaves the old value,
+    and no nested group survives the run."""
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "stress-host.toml"), "--target", "host", "--out", str(tmp_path), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "stress-host-host.json").read_text())
+    metrics = doc["cases"][0]["reps"][0]["metrics"]
+    assert metrics["stress_violations"] == 0
+    assert metrics["stress_invalid_writes"] > 50
+    assert metrics["stress_einval_kept"] == metrics["stress_invalid_writes"]
+    assert metrics["stress_valid_writes"] > 100 and metrics["stress_moves"] > 100
+    assert metrics["stress_mkdir"] > 10 and metrics["stress_rmdir"] > 10
+    assert set(bwlab_dirs()) == before
+
+
+def test_group_remove_handles_nested_groups_with_tasks() -> None:
+    hier = cgroup.detect()
+    group = hier.create(cgroup.unique_name("nested"), 100000, None, 0, None)
+    inner = group.dirs[0] / "a" / "b"
+    inner.mkdir(parents=True)
+    sleeper = subprocess.Popen(["sleep", "60"])
+    try:
+        (inner / "cgroup.procs").write_text(str(sleeper.pid))
+        group.remove()
+        assert not group.dirs[0].exists()
+        assert sleeper.wait(timeout=5) == -signal.SIGKILL
+    finally:
+        if sleeper.poll() is None:
+            sleeper.kill()

@@ -55,6 +55,19 @@ def test_cache_key_tracks_inputs(tmp_path: Path) -> None:
     one = variant(tmp_path, series_with(tmp_path, PATCH)).key
     assert one != base
     assert variant(tmp_path, series_with(tmp_path, PATCH + "\n")).key != one  # patch content counts
+    reworded = PATCH.replace("Subject: [PATCH] x", "Subject: [PATCH] x\n\nA longer changelog.")
+    assert variant(tmp_path, series_with(tmp_path, reworded)).key == one  # changelogs do not
+
+
+def test_flavor_names_extra_fragments(tmp_path: Path) -> None:
+    from bwlab.paths import LAB_CONFIG
+
+    src = kernel_source.user_source(fake_tree(tmp_path / "src"))
+    empty = kernel_build.read_series(None)
+    debug = tmp_path / "debug.config"
+    debug.write_text("CONFIG_KCSAN=y\n")
+    assert kernel_build.Variant(src, empty, (LAB_CONFIG,), 250).flavor == ""
+    assert kernel_build.Variant(src, empty, (LAB_CONFIG, debug), 250).flavor == "debug"
 
 
 def test_series_errors(tmp_path: Path) -> None:

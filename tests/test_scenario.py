@@ -88,6 +88,11 @@ def test_overrides_apply(tmp_path: Path) -> None:
         (GOOD.replace("repetitions = 2", "repetitions = 0"), "repetitions must be", 3),
         ("bogus = 1\n" + GOOD, "unknown top-level key 'bogus'", 1),
         (GOOD.replace('threads = "ncpu"', 'threads = "ncpu"\nmax_prim = 3'), "unknown key 'max_prim'", 11),
+        (
+            GOOD.replace('kind = "sysbench-cpu"\nthreads = "ncpu"', 'kind = "cgstress"\nhotplug = "yes"'),
+            "hotplug must be true or false",
+            10,
+        ),
     ],
 )
 def test_invalid_scenarios_name_key_and_line(tmp_path: Path, text: str, message: str, line: int) -> None:
@@ -166,3 +171,10 @@ def test_bad_cpu_expressions(expr: object) -> None:
 def test_find_unknown() -> None:
     with pytest.raises(scenario.ScenarioError, match="unknown scenario 'nope'"):
         scenario.find("nope")
+
+
+def test_stress_scenario_argv() -> None:
+    (spec,) = scenario.load(scenario.builtin_path("stress")).resolve(2)
+    assert spec.workload.argv == ("cgstress", "-d", "600", "-b", "8", "-H")
+    (short,) = scenario.load(scenario.builtin_path("stress"), {"duration_s": 30}).resolve(4)
+    assert short.workload.argv[:5] == ("cgstress", "-d", "30", "-b", "16")

@@ -1,0 +1,117 @@
+"""The kernel's cgroup CPU selftest (tools/testing/selftests/cgroup/test_cpu), run in a guest.
+
+test_cpu is built statically from a kernel tree with the series applied (so the series' own
+tests are in it) and run in a guest of any kernel: the new tests must fail on the baseline
+kernel and pass on the patched one; the upstream ones must pass on both.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+import shlex
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab import guest, kernel_build, results
+from bwlab.errors import BwlabError
+from bwlab.kernel_build import KernelImage, Series
+from bwlab.kernel_source import KernelSource
+from bwlab.paths import cache_root
+
+SELFTEST_DIR = "tools/testing/selftests/cgroup"
+TAP_LINE = re.compile(r"^(ok|not ok) (\d+) (?:- )?(# SKIP )?(\S+)(.*)$", re.IGNORECASE)
+
+
+@dataclass(frozen=True)
+class TestResult:
+    number: int
+    name: str
+    status: str  # "pass", "fail", "skip"
+
+
+def series_tree(source: KernelSource, series: Series) -> Path:
+    """A hard-link copy of the source with the series applied, kept in the cache."""
+    work = cache_root() / "kselftest" / f"tree-{source.version}-{series.digest}"
+    src = work / "src"
+    if (work / "ready").is_file():
+        return src
+    work.mkdir(parents=True, exist_ok=True)
+    variant = kernel_build.Variant(source, series, kernel_build.default_fragments(), 250)
+    kernel_build.prepare_tree(variant, work, work / "prepare.log")
+    (work / "ready").write_text("ok\n")
+    return src
+
+
+def build_test_cpu(tree: Path) -> Path:
+    """Compile test_cpu statically from `tree`; cached by the sources' contents."""
+    sel = tree / SELFTEST_DIR
+    sources = [sel / "test_cpu.c", sel / "lib" / "cgroup_util.c"]
+    for src in sources:
+        if not src.is_file():
+            raise BwlabError(f"{src}: no such file (is {tree} a kernel tree with selftests?)")
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    out = cache_root() / "kselftest" / digest / "test_cpu"
+    if out.is_file():
+        return out
+    if shutil.which("cc") is None:
+        raise BwlabError("building test_cpu needs a C compiler (apt-get install build-essential)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    cmd = ["cc", "-static", "-O2", "-Wall", "-pthread", "-D_GNU_SOURCE", f"-I{sel / 'lib' / 'include'}",
+           f"-I{tree / 'tools/testing/selftests'}", "-o", str(out), *map(str, sources)]  # fmt: skip
+    proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        first = (proc.stderr.strip().splitlines() or ["no output"])[0]
+        raise BwlabError(f"building test_cpu failed: {first}")
+    return out
+
+
+def plan(args: list[str]) -> str:
+    """Guest shell: run test_cpu, send its TAP output and exit code on the results channel."""
+    argv = " ".join(shlex.quote(a) for a in ["/bin/test_cpu", *args])
+    return "\n".join([
+        "set +e",
+        f"{argv} > /tmp/out 2>&1",
+        "RC=$?",
+        "echo 'BWLAB-BEGIN 0 0' >&3",
+        "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
+        "echo 'BWLAB-SECTION stdout' >&3; cat /tmp/out >&3",
+        "echo 'BWLAB-END 0 0' >&3",
+    ]) + "\n"  # fmt: skip
+
+
+def parse_tap(text: str) -> list[TestResult]:
+    tests = []
+    for line in text.splitlines():
+        match = TAP_LINE.match(line.strip())
+        if match:
+            ok, number, skip, name, rest = match.groups()
+            skipped = skip is not None or "# SKIP" in rest.upper()
+            status = "skip" if skipped else ("pass" if ok == "ok" else "fail")
+            tests.append(TestResult(int(number), name, status))
+    return tests
+
+
+def run(image: KernelImage, test_cpu: Path, vcpus: int, out_dir: Path, label: str,
+        timeout_s: float = 900.0) -> tuple[Path, list[TestResult]]:  # fmt: skip
+    """Boot `image`, run test_cpu, write kselftest-<label>.json, return it and the results."""
+    run_ = guest.run(image, [], vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
+                     plan=plan([]), extra={"test_cpu": test_cpu})  # fmt: skip
+    record = run_.output.records.get((0, 0))
+    tests = parse_tap(record.stdout) if record else []
+    meta = results.base_meta("guest", label)
+    meta.update({"kernel_key": image.key, "hz": image.hz, "vcpus": vcpus, "patches": list(image.patches),
+                 "console_log": str(run_.console), "splats": run_.splats[:20],
+                 "elapsed_s": round(run_.elapsed_s, 1)})  # fmt: skip
+    doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run_.status, "meta": meta,
+           "tests": [t.__dict__ for t in tests], "output": record.stdout if record else "", "cases": []}  # fmt: skip
+    path = results.write(out_dir / f"kselftest-{label}.json", doc)
+    if run_.status == "timeout":
+        raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run_.console}")
+    if run_.splats:
+        raise BwlabError(f"kernel splat during test_cpu: {run_.splats[0]}; console: {run_.console}")
+    if record is None or not tests:
+        raise BwlabError(f"test_cpu produced no TAP results; console: {run_.console}")
+    return path, tests

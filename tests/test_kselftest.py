@@ -1,0 +1,62 @@
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bwlab import kselftest
+from bwlab.errors import BwlabError
+
+TAP = """TAP version 13
+1..4
+ok 1 test_cpucg_subtree_control
+[FAIL] actual=1 expected=2
+not ok 2 test_cpucg_max
+ok 3 # SKIP test_cpucg_weight_underprovisioned
+# 3 of 200 periods throttled
+ok 4 test_cpucg_max_demand_equals_quota
+# Totals: pass:2 fail:1 xfail:0 xpass:0 skip:1 error:0
+"""
+
+
+def test_parse_tap() -> None:
+    tests = kselftest.parse_tap(TAP)
+    assert [(t.number, t.name, t.status) for t in tests] == [
+        (1, "test_cpucg_subtree_control", "pass"),
+        (2, "test_cpucg_max", "fail"),
+        (3, "test_cpucg_weight_underprovisioned", "skip"),
+        (4, "test_cpucg_max_demand_equals_quota", "pass"),
+    ]
+    assert kselftest.parse_tap("no tap here\n") == []
+
+
+def test_plan_sends_rc_and_output_on_the_results_channel() -> None:
+    plan = kselftest.plan([])
+    assert "/bin/test_cpu > /tmp/out 2>&1" in plan
+    assert plan.index("BWLAB-BEGIN 0 0") < plan.index("BWLAB-SECTION rc") < plan.index("BWLAB-END 0 0")
+
+
+def fake_selftest_tree(root: Path, body: str = "return 0;") -> Path:
+    sel = root / kselftest.SELFTEST_DIR
+    (sel / "lib" / "include").mkdir(parents=True)
+    (sel / "lib" / "include" / "cgroup_util.h").write_text("int cg_util(void);\n")
+    (sel / "lib" / "cgroup_util.c").write_text('#include "cgroup_util.h"\nint cg_util(void) { return 0; }\n')
+    (sel / "test_cpu.c").write_text(f'#include "cgroup_util.h"\nint main(void) {{ cg_util(); {body} }}\n')
+    return root
+
+
+def test_build_test_cpu_static_and_cached(tmp_path: Path, empty_cache: Path) -> None:
+    tree = fake_selftest_tree(tmp_path / "linux")
+    binary = kselftest.build_test_cpu(tree)
+    assert binary.is_file() and binary.is_relative_to(empty_cache)
+    assert kselftest.build_test_cpu(tree) == binary  # same sources: cached
+    (tree / kselftest.SELFTEST_DIR / "test_cpu.c").write_text("int main(void) { return 1; }\n")
+    assert kselftest.build_test_cpu(tree) != binary  # changed sources: rebuilt
+
+
+def test_build_test_cpu_errors(tmp_path: Path, empty_cache: Path) -> None:
+    with pytest.raises(BwlabError, match="no such file"):
+        kselftest.build_test_cpu(tmp_path)
+    tree = fake_selftest_tree(tmp_path / "linux", body="this is not C")
+    with pytest.raises(BwlabError, match="building test_cpu failed"):
+        kselftest.build_test_cpu(tree)

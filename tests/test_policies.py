@@ -1,0 +1,43 @@
+from __future__ import annotations
+
+import pytest
+
+from bwlab import guest, policies, scenario
+from bwlab.errors import BwlabError
+
+from conftest import DATA
+
+
+def test_feature_writes_cover_every_switch() -> None:
+    assert policies.feature_writes("all") == list(policies.FEATURES)
+    assert policies.feature_writes("mainline") == [f"NO_{f}" for f in policies.FEATURES]
+    slush = policies.feature_writes("slush")
+    assert "BW_SLUSH" in slush and "NO_BW_CLIP_SLICE" in slush and len(slush) == len(policies.FEATURES)
+    with pytest.raises(BwlabError, match="unknown policy 'nope'"):
+        policies.feature_writes("nope")
+
+
+def test_every_fix_alone_is_a_policy() -> None:
+    singles = [p for p, feats in policies.POLICIES.items() if len(feats) == 1]
+    assert sorted(f for p in singles for f in policies.POLICIES[p]) == sorted(policies.FEATURES)
+
+
+def test_parse_features_reads_only_the_series_switches() -> None:
+    text = "PLACE_LAG NO_NEXT_BUDDY BW_SLUSH NO_BW_CLIP_SLICE BW_NOOP_UPDATE\n"
+    assert policies.parse_features(text) == {"BW_SLUSH": True, "BW_CLIP_SLICE": False, "BW_NOOP_UPDATE": True}
+    assert policies.parse_features("") == {}
+
+
+def test_plan_writes_features_before_the_first_case() -> None:
+    specs = scenario.load(DATA / "table2-10ms.toml").resolve(2)
+    plan = guest.render_plan(specs, policies.feature_writes("slush"))
+    first_case = plan.index("BWLAB-BEGIN")
+    for feat in policies.feature_writes("slush"):
+        assert plan.index(f"echo {feat} > {guest.SCHED_FEATURES}") < first_case
+    assert "BWLAB-FEATURES" in plan
+    assert "sched/features ||" not in guest.render_plan(specs)  # no policy: nothing written
+
+
+def test_results_channel_carries_features() -> None:
+    out = guest.parse_results("BWLAB-FEATURES PLACE_LAG BW_SLUSH NO_BW_CLIP_SLICE\nBWLAB-DONE\n")
+    assert policies.parse_features(out.features) == {"BW_SLUSH": True, "BW_CLIP_SLICE": False}
