@@ -104,11 +104,21 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
                 f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",
+                *(["echo 0 > /proc/lock_stat 2>/dev/null"] if spec.lock_classes else []),
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
                 f"sh -c 'echo $$ > {g}/cgroup.procs && exec \"$@\"' sh {argv} > /tmp/out 2> /tmp/err",
                 "RC=$?",
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
                 f"echo 'BWLAB-SECTION stat_after' >&3; cat {g}/cpu.stat >&3",
+                *(
+                    [
+                        "echo 'BWLAB-SECTION lock_stat' >&3; grep -F ': ' /proc/lock_stat | grep -F -e "
+                        + " -e ".join(q(c + ":") for c in spec.lock_classes)
+                        + " >&3"
+                    ]
+                    if spec.lock_classes
+                    else []
+                ),
                 "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
             ]
             for si in range(len(spec.sides)):
@@ -185,6 +195,7 @@ def parse_results(text: str) -> GuestOutput:
                 stdout=text_of.get("stdout", ""),
                 stderr=text_of.get("stderr", ""),
                 sides=[text_of[k] for k in sorted(text_of) if k.startswith("side")],
+                lock_stat=text_of.get("lock_stat", ""),
             )
             current = None
         elif current is not None and section:

@@ -24,6 +24,7 @@ class RawRep:
     stdout: str
     stderr: str = ""
     sides: list[str] = field(default_factory=list)
+    lock_stat: str = ""  # /proc/lock_stat lines of the probed classes, after the run
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -55,6 +56,34 @@ def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
     metrics["max_us"] = float(max(samples))
     metrics["sleeps"] = float(len(samples))
     return metrics, samples
+
+
+def parse_sysbench_threads(stdout: str) -> dict[str, float]:
+    total = re.search(r"total time:\s*([\d.]+)s", stdout)
+    events = re.search(r"total number of events:\s*(\d+)", stdout)
+    if not total or not events or float(total.group(1)) <= 0:
+        raise BwlabError("sysbench threads output has no 'total time' / 'total number of events'")
+    return {"events": float(events.group(1)), "events_per_s": float(events.group(1)) / float(total.group(1))}
+
+
+def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """(contentions, acquisitions) per class from /proc/lock_stat class lines.
+
+    A class line is 'NAME: con-bounces contentions waittime-min waittime-max waittime-total
+    waittime-avg acq-bounces acquisitions holdtime-...'; classes with one name are summed."""
+    found: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.strip().rpartition(":")
+        fields = rest.split()
+        if not sep or name not in classes or len(fields) < 8:
+            continue
+        try:
+            contentions, acquisitions = int(fields[1]), int(fields[7])
+        except ValueError:
+            continue
+        con, acq = found.get(name, (0, 0))
+        found[name] = (con + contentions, acq + acquisitions)
+    return found
 
 
 def parse_hackbench(stdout: str) -> dict[str, float]:
@@ -103,6 +132,15 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         out.update(parse_hackbench(raw.stdout))
     elif kind == "cgstress":
         out.update(parse_cgstress(raw.stdout))
+    elif kind == "sysbench-threads":
+        out.update(parse_sysbench_threads(raw.stdout))
+    if spec.lock_classes and raw.lock_stat:
+        stats = parse_lock_stat(raw.lock_stat, spec.lock_classes)
+        con = sum(c for c, _ in stats.values())
+        acq = sum(a for _, a in stats.values())
+        out["lock_acquisitions"], out["lock_contentions"] = float(acq), float(con)
+        if raw.wall_s > 0:
+            out["lock_acq_per_s"], out["lock_con_per_s"] = acq / raw.wall_s, con / raw.wall_s
     for side in raw.sides:
         match = re.search(r'"writes":(\d+),"errors":(\d+)', side)
         if match:

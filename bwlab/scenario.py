@@ -25,13 +25,15 @@ CPU_EXPR = re.compile(r"^ncpu(?:\s*([*/])\s*(\d+(?:\.\d+)?))?$")
 FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
 
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
-            "workload", "side", "matrix", "case"}  # fmt: skip
+            "workload", "side", "probe", "matrix", "case"}  # fmt: skip
+PROBE_KEYS = {"lock_classes"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "cpus"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
     "hackbench": {"kind", "groups", "loops"},
     "cgstress": {"kind", "burners", "hotplug"},
+    "sysbench-threads": {"kind", "threads", "locks", "yields"},
 }
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
@@ -66,6 +68,7 @@ class RunSpec:
     sides: tuple[SideAction, ...]
     duration_s: float
     repetitions: int
+    lock_classes: tuple[str, ...] = ()  # /proc/lock_stat classes to count (lockstat kernels)
 
     def settings(self) -> dict[str, Any]:
         return {"period_us": self.period_us, "quota_us": self.quota_us,
@@ -204,7 +207,18 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     for key in ("threads", "burners", "groups"):
         if key in wl:
             need_cpu("workload", key, wl[key], "")
-    for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7)):
+    probe = data.get("probe", {})
+    if not isinstance(probe, dict):
+        raise _err(p, t, "probe must be a table", "probe")
+    for key in probe:
+        if key not in PROBE_KEYS:
+            raise _err(p, t, f"unknown key '{key}' in [probe] (known: {', '.join(sorted(PROBE_KEYS))})",
+                       key, "probe")  # fmt: skip
+    classes = probe.get("lock_classes", [])
+    if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
+        raise _err(p, t, "[probe] lock_classes must be a list of lock class names", "lock_classes", "probe")
+    for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7),
+                        ("locks", 1, 10**6), ("yields", 1, 10**7)):  # fmt: skip
         if key in wl:
             need_int("workload", key, wl[key], lo, hi)
     if not isinstance(wl.get("hotplug", False), bool):
@@ -364,6 +378,10 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "cglat":
         burners = max(1, round(cpu_value(wl.get("burners", 32), ncpu, "burners")))
         argv = ("cglat", "-b", str(burners), "-s", str(wl.get("sleep_us", 10000)), "-d", dur_arg)
+    elif kind == "sysbench-threads":
+        threads = max(1, round(cpu_value(wl.get("threads", "ncpu*4"), ncpu, "threads")))
+        argv = ("sysbench", "threads", f"--threads={threads}", f"--thread-locks={wl.get('locks', 8)}",
+                f"--thread-yields={wl.get('yields', 1000)}", f"--time={dur_arg}", "--events=0", "run")  # fmt: skip
     elif kind == "cgstress":
         burners = max(1, min(64, round(cpu_value(wl.get("burners", "ncpu*4"), ncpu, "burners"))))
         argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))
@@ -383,4 +401,5 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         sysctls={k: str(v) for k, v in data.get("sysctl", {}).items()},
         workload=Workload(kind=kind, argv=argv), sides=sides, duration_s=duration,
         repetitions=int(data["repetitions"]),
+        lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])),
     )  # fmt: skip

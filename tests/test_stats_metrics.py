@@ -98,3 +98,29 @@ def test_cglat_metrics() -> None:
 def test_sysbench_garbage() -> None:
     with pytest.raises(BwlabError, match="events per second"):
         metrics.parse_sysbench("FATAL")
+
+
+LOCK_STAT = """\
+    &cfs_b->lock: 12 34 0.10 9.90 100.00 2.94 56 7890 0.05 3.00 400.00 0.05
+    ------------
+    &cfs_b->lock 20 [<0>] throttle_cfs_rq+0x5c/0x1e0
+    &rq->__lock: 1 2 0.10 9.90 100.00 2.94 56 999 0.05 3.00 400.00 0.05
+"""
+
+
+def test_parse_lock_stat_counts_class_lines_only() -> None:
+    from bwlab.metrics import parse_lock_stat
+
+    assert parse_lock_stat(LOCK_STAT, ("&cfs_b->lock",)) == {"&cfs_b->lock": (34, 7890)}
+    both = parse_lock_stat(LOCK_STAT + LOCK_STAT, ("&cfs_b->lock", "&rq->__lock"))
+    assert both == {"&cfs_b->lock": (68, 15780), "&rq->__lock": (4, 1998)}
+    assert parse_lock_stat("", ("&cfs_b->lock",)) == {}
+
+
+def test_parse_sysbench_threads() -> None:
+    from bwlab.metrics import parse_sysbench_threads
+
+    out = "General statistics:\n    total time:                          2.0000s\n    total number of events:  500\n"
+    assert parse_sysbench_threads(out) == {"events": 500.0, "events_per_s": 250.0}
+    with pytest.raises(BwlabError, match="sysbench threads output"):
+        parse_sysbench_threads("nothing")
