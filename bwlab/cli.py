@@ -14,12 +14,21 @@ from typing import NoReturn
 
 from rich.table import Table
 
-from bwlab import cgroup, kernel_build, kernel_source, kselftest, policies, report, results, runner, scenario
+from bwlab import (
+    cgroup,
+    kernel_build,
+    kernel_source,
+    kselftest,
+    policies,
+    report,
+    reproduce,
+    results,
+    runner,
+    scenario,
+)
 from bwlab.errors import BwlabError
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.progress import console, step
-
-REPRODUCE_SCENARIOS = ("table2", "cglat")
 
 
 class Parser(argparse.ArgumentParser):
@@ -165,7 +174,7 @@ def cmd_run(args: argparse.Namespace) -> int:
 def _print_summary(directory: Path) -> None:
     """One compact table per scenario: target label, case and the metrics it has."""
     docs = results.load_dir(directory)
-    for sc_name in sorted({d["scenario"] for d in docs}):
+    for sc_name in sorted({d["scenario"] for d in docs if d["cases"]}):
         rows = report.summary_rows([d for d in docs if d["scenario"] == sc_name], brief=True, short=True)
         heads = [h for _, h, _ in report.COLUMNS if h in report.CONSOLE_COLUMNS and any(h in c for *_, c in rows)]
         table = Table(title=f"{sc_name}: mean ±stdev over repetitions")
@@ -215,31 +224,18 @@ def cmd_report(args: argparse.Namespace) -> int:
 def cmd_reproduce(args: argparse.Namespace) -> int:
     start = time.monotonic()
     out = Path(args.out) if args.out else _default_out("reproduce")
-    images: list[tuple[str, kernel_build.KernelImage]] = []
-    if not args.no_guest:
-        source = _source(args, fetch=True)
-        images.append(("baseline", _build(_variant(args, source, kernel_build.read_series(None)))))
-        patched = _variant(args, source, kernel_build.read_series(DEFAULT_SERIES))
-        if patched.series.patches:
-            images.append(("patched", _build(patched)))
-    failures: list[str] = []
-    for name in REPRODUCE_SCENARIOS:
-        sc = _load_scenario(name, args)
-        targets: list[tuple[str, kernel_build.KernelImage | None]] = [] if args.no_host else [("host", None)]
-        targets += [(variant, img) for variant, img in images]
-        for variant, img in targets:
-            try:
-                with step(f"{name} on {'host' if img is None else 'guest-' + variant}"):
-                    if img is None:
-                        runner.run_host(sc, out)
-                    else:
-                        runner.run_guest(sc, img, args.vcpus, out, variant)
-            except BwlabError as exc:
-                failures.append(f"{name}/{variant}: {exc}")
-                console.print(f"[red]{name}/{variant} failed:[/red] {exc}")
-    path = report.write_report(out)
+    source = None if args.no_guest else _source(args, fetch=True)
+    patched = bool(kernel_build.read_series(DEFAULT_SERIES).patches)
+    jobs = reproduce.plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
+    overrides: dict[str, object] = {}
+    if args.reps is not None:
+        overrides["repetitions"] = args.reps
+    if args.duration is not None:
+        overrides["duration_s"] = args.duration
+    console.print(f"reproduce: {len(jobs)} runs into {out}")
+    failures = reproduce.run(jobs, source, out, args.vcpus, overrides)
     _print_summary(out)
-    console.print(f"report: {path} (reproduce took {time.monotonic() - start:.0f} s)")
+    console.print(f"report: {out / 'report.md'} (reproduce took {time.monotonic() - start:.0f} s)")
     if failures:
         raise BwlabError(f"{len(failures)} run(s) failed, first: {failures[0]}")
     return 0
@@ -299,16 +295,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("dir")
     p.set_defaults(func=cmd_report)
 
-    p = sub.add_parser("reproduce", help="fetch, build, run table2 and cglat on host and guest, report")
+    p = sub.add_parser("reproduce", help="the whole evaluation: kernels, every scenario on host and guests, report")
     p.add_argument("--out", metavar="DIR")
-    p.add_argument("--kernel-src", metavar="DIR")
-    p.add_argument("--config", metavar="FRAGMENT", action="append")
-    p.add_argument("--hz", type=int, default=250)
+    p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
     p.add_argument("--vcpus", type=int, default=2)
     p.add_argument("--reps", type=int)
     p.add_argument("--duration", type=float)
     p.add_argument("--no-host", action="store_true")
     p.add_argument("--no-guest", action="store_true")
+    p.add_argument("--quick", action="store_true",
+                   help="table2 (slush, all), rewrite-storm and kselftest only, HZ=250")  # fmt: skip
     p.set_defaults(func=cmd_reproduce)
     return parser
 

@@ -116,6 +116,11 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
     periods = delta.get("nr_periods", 0)
     out["throttled_pct"] = 100.0 * delta["nr_throttled"] / periods if periods else None
     usage = delta.get("usage_us")
+    if usage and "throttled_us" in delta:
+        out["throttled_time_pct"] = 100.0 * delta["throttled_us"] / usage
+    if usage is not None and spec.quota_us is not None and periods:
+        # > 1 means the group received more than one quota per period it was active in
+        out["usage_per_period_quota"] = usage / (periods * spec.quota_us)
     if usage is not None and raw.wall_s > 0:
         cpus_used = usage / (raw.wall_s * 1e6)
         out["cpus_used"] = cpus_used

@@ -11,6 +11,8 @@ SCENARIO_DIR = PACKAGE_DIR / "scenarios"
 KERNEL_DIR = REPO_ROOT / "kernel"
 DEFAULT_SERIES = KERNEL_DIR / "patches" / "series"
 LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
+DEBUG_CONFIG = KERNEL_DIR / "configs" / "debug.config"
+LOCKSTAT_CONFIG = KERNEL_DIR / "configs" / "lockstat.config"
 WORKLOAD_SRC = REPO_ROOT / "workloads"
 
 

@@ -17,7 +17,12 @@ from bwlab.stats import histogram, summarize
 # Metrics shown in tables, in order, with their heading and scale.
 COLUMNS: list[tuple[str, str, float]] = [
     ("throttled_pct", "throttled %", 1.0),
+    ("throttled_time_pct", "throttled time %", 1.0),
     ("usage_per_quota", "usage/quota", 1.0),
+    ("usage_per_period_quota", "usage/(periods x quota)", 1.0),
+    ("lock_acq_per_s", "cfs_b->lock acq/s", 1.0),
+    ("lock_con_per_s", "cfs_b->lock cont/s", 1.0),
+    ("stress_violations", "invalid writes accepted", 1.0),
     ("cpus_used", "CPUs used", 1.0),
     ("events_per_s", "events/s", 1.0),
     ("p50_us", "sleep p50 ms", 1e-3),
@@ -141,11 +146,45 @@ def summary_rows(
     return rows
 
 
+def _pivot(sdocs: list[dict[str, Any]], key: str, head: str) -> list[str]:
+    """A compact table: one row per target, one column per case, `key` as mean ±stdev."""
+    cases: list[str] = []
+    rows = []
+    for doc in sdocs:
+        summaries = dict(case_summaries(doc))
+        for case in summaries:
+            if case not in cases:
+                cases.append(case)
+        rows.append((doc["meta"]["label"], summaries))
+    lines = [f"{head} by case:", "", "| target | " + " | ".join(cases) + " |", "|---|" + "---|" * len(cases)]
+    for label, summaries in rows:
+        cells = [_fmt(summaries[c][key], 1.0, brief=True) if key in summaries.get(c, {}) else "-" for c in cases]
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return [*lines, ""]
+
+
+def _kselftest_section(kdocs: list[dict[str, Any]]) -> list[str]:
+    labels = [d["meta"]["label"] for d in kdocs]
+    names: list[str] = []
+    status: dict[tuple[str, str], str] = {}
+    for doc in kdocs:
+        for test in doc.get("tests", []):
+            if test["name"] not in names:
+                names.append(test["name"])
+            status[(doc["meta"]["label"], test["name"])] = test["status"]
+    lines = ["## kselftest", "", "tools/testing/selftests/cgroup/test_cpu (with the series' tests) in guests:", "",
+             "| test | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]  # fmt: skip
+    for name in names:
+        lines.append(f"| {name} | " + " | ".join(status.get((lab, name), "-") for lab in labels) + " |")
+    return [*lines, ""]
+
+
 def write_report(directory: Path) -> Path:
     docs = results.load_dir(directory)
     by_scenario: dict[str, list[dict[str, Any]]] = defaultdict(list)
     for doc in docs:
         by_scenario[doc["scenario"]].append(doc)
+    kdocs = sorted(by_scenario.pop("kselftest", []), key=lambda d: str(d["meta"]["label"]))
     lines = ["# bwlab report", "", f"Results in `{directory}`. Cells: mean [min-max] ±stdev over "
              "repetitions (each repetition in a fresh cgroup).", ""]  # fmt: skip
     for scenario, sdocs in sorted(by_scenario.items()):
@@ -167,9 +206,13 @@ def write_report(directory: Path) -> Path:
         for _, label, case, cells in rows:
             lines.append(f"| {label} | {case} | " + " | ".join(cells.get(h, "-") for h in heads) + " |")
         lines.append("")
+        if len({c for d in sdocs for c, m in case_summaries(d) if "throttled_pct" in m}) > 1:
+            lines += _pivot(sdocs, "throttled_pct", "Throttled periods (%)")
         for plot in (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory)):
             if plot is not None:
                 lines += [f"![{plot.stem}]({plot.name})", ""]
+    if kdocs:
+        lines += _kselftest_section(kdocs)
     path = directory / "report.md"
     path.write_text("\n".join(lines))
     return path

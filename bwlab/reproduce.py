@@ -1,0 +1,128 @@
+"""`bwlab reproduce`: the project's evaluation as one plan of runs, kernels built on demand.
+
+Every run writes its result file into one directory; the report covers them all. With an
+empty patch series only the lab's own runs (host and baseline guest) remain.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bwlab import kernel_build, kselftest, report, runner, scenario
+from bwlab.errors import BwlabError
+from bwlab.kernel_source import KernelSource
+from bwlab.paths import DEBUG_CONFIG, DEFAULT_SERIES, LOCKSTAT_CONFIG
+from bwlab.progress import console, step
+
+# Bandwidth policies table2 is measured under on the patched kernel (see policies.py).
+TABLE2_POLICIES = ("unthrottle-slice", "slush", "clip-slice", "early-refill", "all")
+QUICK_TABLE2_POLICIES = ("slush", "all")
+
+
+@dataclass(frozen=True)
+class Kernel:
+    """Which kernel a guest run needs: patched or not, HZ, extra config fragments."""
+
+    patched: bool
+    hz: int = 250
+    fragments: tuple[Path, ...] = ()
+
+    @property
+    def variant_name(self) -> str:
+        flavor = "+".join(f.stem for f in self.fragments)
+        return ("patched" if self.patched else "baseline") + (f"-{flavor}" if flavor else "")
+
+
+@dataclass(frozen=True)
+class Job:
+    """One run: a scenario (or the kselftest) on the host or in a guest of a kernel."""
+
+    what: str  # scenario name, or "kselftest"
+    kernel: Kernel | None = None  # None: the host
+    policy: str | None = None
+    overrides: dict[str, object] = field(default_factory=dict, hash=False)
+
+    def describe(self) -> str:
+        if self.kernel is None:
+            return f"{self.what} on host"
+        label = runner.guest_label(self.kernel.variant_name, self.policy, self.kernel.hz)
+        return f"{self.what} in {label}"
+
+
+def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
+    """The evaluation: lab scenarios on host and baseline guest, the series' scenarios on
+    baseline and patched guests (HZ=250 and 1000), overhead on lock-statistics kernels,
+    stress on a debug kernel. `quick` keeps table2, rewrite-storm and the kselftest."""
+    base, patch = Kernel(False), Kernel(True)
+    jobs: list[Job] = []
+    if host:
+        jobs += [Job("table2"), Job("rewrite-storm")] + ([] if quick else [Job("cglat")])
+    if not guest:
+        return jobs
+    jobs += [Job("table2", base), Job("rewrite-storm", base)]
+    if not quick:
+        jobs.append(Job("cglat", base))
+    if not patched:
+        return jobs
+    jobs += [Job("table2", patch, p) for p in (QUICK_TABLE2_POLICIES if quick else TABLE2_POLICIES)]
+    jobs += [Job("rewrite-storm", patch, "all"), Job("kselftest", base), Job("kselftest", patch)]
+    if quick:
+        return jobs
+    jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all")]
+    base1000, patch1000 = Kernel(False, 1000), Kernel(True, 1000)
+    jobs += [Job("table2", base1000), Job("table2", patch1000, "slush"), Job("table2", patch1000, "all"),
+             Job("kselftest", base1000), Job("kselftest", patch1000)]  # fmt: skip
+    lockstat = (LOCKSTAT_CONFIG,)
+    jobs += [Job("overhead", Kernel(False, 250, lockstat)), Job("overhead", Kernel(True, 250, lockstat), "all"),
+             Job("overhead", base), Job("overhead", patch, "all")]  # fmt: skip
+    jobs.append(Job("stress", Kernel(True, 250, (DEBUG_CONFIG,)), "all"))
+    return jobs
+
+
+def _build(
+    source: KernelSource, kernel: Kernel, cache: dict[Kernel, kernel_build.KernelImage]
+) -> kernel_build.KernelImage:
+    if kernel not in cache:
+        series = kernel_build.read_series(DEFAULT_SERIES if kernel.patched else None)
+        variant = kernel_build.Variant(source, series, kernel_build.default_fragments(list(kernel.fragments)),
+                                       kernel.hz)  # fmt: skip
+        image = kernel_build.cached_image(variant)
+        if image is None:
+            with step(f"build kernel {variant.key} ({kernel.variant_name}, HZ={kernel.hz})"):
+                image = kernel_build.build(variant)
+        cache[kernel] = image
+    return cache[kernel]
+
+
+def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
+        overrides: dict[str, object]) -> list[str]:  # fmt: skip
+    """Run every job (a failure is recorded and the rest go on); return the failures."""
+    images: dict[Kernel, kernel_build.KernelImage] = {}
+    failures: list[str] = []
+    test_cpu: Path | None = None
+    for job in jobs:
+        start = time.monotonic()
+        try:
+            with step(job.describe()):
+                if job.kernel is None:
+                    runner.run_host(scenario.load(scenario.find(job.what), overrides), out)
+                    continue
+                if source is None:
+                    raise BwlabError("guest runs need the kernel source")
+                image = _build(source, job.kernel, images)
+                if job.what == "kselftest":
+                    if test_cpu is None:
+                        tree = kselftest.series_tree(source, kernel_build.read_series(DEFAULT_SERIES))
+                        test_cpu = kselftest.build_test_cpu(tree)
+                    label = runner.guest_label(job.kernel.variant_name, None, job.kernel.hz)
+                    kselftest.run(image, test_cpu, vcpus, out, label)
+                else:
+                    sc = scenario.load(scenario.find(job.what), {**job.overrides, **overrides})
+                    runner.run_guest(sc, image, vcpus, out, job.kernel.variant_name, policy=job.policy)
+        except BwlabError as exc:
+            failures.append(f"{job.describe()}: {exc}")
+            console.print(f"[red]{job.describe()} failed after {time.monotonic() - start:.0f} s:[/red] {exc}")
+    report.write_report(out)
+    return failures
