@@ -109,6 +109,15 @@ def cmd_kernel_build(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_kernel_git(args: argparse.Namespace) -> int:
+    source = _source(args, fetch=False)
+    series = _series(args)
+    with step(f"git tree of {source.version} with {len(series.patches)} patches at {args.dest}"):
+        base, head = kernel_build.git_tree(source, series, Path(args.dest))
+    print(f"base-commit {base} (tag v{source.version})\nbwlab {head}")
+    return 0
+
+
 def cmd_kernel_list(args: argparse.Namespace) -> int:
     images = kernel_build.list_images()
     if not images:
@@ -253,6 +262,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = ksub.add_parser("build", help="build a kernel variant (cached by source, series, config)")
     _add_variant_args(p)
     p.set_defaults(func=cmd_kernel_build)
+    p = ksub.add_parser("git", help="a git tree of the source (reproducible base commit) with the series applied")
+    p.add_argument("dest", help="directory to create")
+    p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
+    p.add_argument("--series", metavar="PATH", help="patch series file (default kernel/patches/series)")
+    p.add_argument("--baseline", action="store_true", help="no patches, only the base commit")
+    p.set_defaults(func=cmd_kernel_git)
     ksub.add_parser("list", help="list built kernels").set_defaults(func=cmd_kernel_list)
     p = ksub.add_parser("clean", help="remove build trees (--all: images too)")
     p.add_argument("--all", action="store_true")

@@ -135,3 +135,17 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         assert base[name] == "fail", base
         assert patched[name] == "pass", patched
     assert patched["test_cpucg_subtree_control"] == "pass"
+
+
+def test_git_tree_reproduces_base_commit(source: kernel_source.KernelSource, tmp_path: Path) -> None:
+    """`bwlab kernel git` recreates the series' base-commit and applies it with git am."""
+    proc = bwlab("kernel", "git", str(tmp_path / "linux"), timeout=1800)
+    assert proc.returncode == 0, proc.stderr
+    base = proc.stdout.split()[1]
+    for patch in SERIES.patches:
+        assert f"\nbase-commit: {base}\n" in patch.read_text(), patch.name
+    log = subprocess.run(["git", "log", "--format=%s", f"v{source.version}..bwlab"], cwd=tmp_path / "linux",
+                         capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
+    assert len(log) == len(SERIES.patches)
+    again = bwlab("kernel", "git", str(tmp_path / "linux"))
+    assert again.returncode == 1 and "already exists" in again.stderr
