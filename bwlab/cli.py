@@ -124,6 +124,7 @@ def cmd_kernel_list(args: argparse.Namespace) -> int:
         print("no kernels built (bwlab kernel build)")
     for img in images:
         patches = f"{len(img.patches)} patches" if img.patches else "baseline"
+        patches += f" +{img.flavor}" if img.flavor else ""
         print(f"{img.key}  {img.release}  HZ={img.hz}  {patches}  series={img.series_digest} "
               f"config={img.config_digest}  {img.origin}  built in {img.build_seconds} s")  # fmt: skip
     return 0

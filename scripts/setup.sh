@@ -8,6 +8,7 @@ PACKAGES=(
   qemu-system-x86 busybox-static sysbench rt-tests              # guest and workloads
   build-essential flex bison bc libelf-dev libssl-dev            # kernel build
   cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
+  git perl                                                       # git am, checkpatch.pl
 )
 
 SUDO=""
