@@ -94,7 +94,7 @@ def parse_hackbench(stdout: str) -> dict[str, float]:
 
 
 STRESS_COUNTERS = ("valid_writes", "invalid_writes", "einval_kept", "violations", "mkdir", "rmdir",
-                   "moves", "hotplug", "hotplug_errors")  # fmt: skip
+                   "moves", "hotplug", "hotplug_errors", "scaled_by_timer")  # fmt: skip
 
 
 def parse_cgstress(stdout: str) -> dict[str, float]:

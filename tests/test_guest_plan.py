@@ -83,3 +83,9 @@ def test_find_splats() -> None:
     splats = guest.find_splats(console)
     assert len(splats) == 4
     assert guest.find_splats("[ 0.1] Linux version\n[ 1.0] reboot: machine restart\n") == []
+    # a debug kernel's boot banner is not a splat; its reports are
+    banner = "[ 0.2] rcu: \tRCU lockdep checking is enabled.\n[ 0.4] ... MAX_LOCKDEP_KEYS: 8192\n"
+    banner += "[ 0.6] kcsan: enabled early\n[ 1.1] kcsan: selftest: 3/3 tests passed\n"
+    assert guest.find_splats(banner) == []
+    reports = "[ 9.0] BUG: KCSAN: data-race in foo / bar\n[ 9.1] WARNING: suspicious RCU usage\n"
+    assert len(guest.find_splats(reports)) == 2
