@@ -28,6 +28,9 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "noop-update": ("BW_NOOP_UPDATE",),
     "all": FEATURES,
 }
+# Leave-one-out: every switch but one, to show what each fix adds to the others.
+POLICIES.update({f"no-{name}": tuple(f for f in FEATURES if f not in feats)
+                 for name, feats in list(POLICIES.items()) if len(feats) == 1})  # fmt: skip
 
 
 def names() -> list[str]:

@@ -41,3 +41,10 @@ def test_plan_writes_features_before_the_first_case() -> None:
 def test_results_channel_carries_features() -> None:
     out = guest.parse_results("BWLAB-FEATURES PLACE_LAG BW_SLUSH NO_BW_CLIP_SLICE\nBWLAB-DONE\n")
     assert policies.parse_features(out.features) == {"BW_SLUSH": True, "BW_CLIP_SLICE": False}
+
+
+def test_leave_one_out_policies() -> None:
+    for feat in policies.FEATURES:
+        (single,) = [p for p, f in policies.POLICIES.items() if f == (feat,)]
+        rest = policies.POLICIES[f"no-{single}"]
+        assert feat not in rest and len(rest) == len(policies.FEATURES) - 1
