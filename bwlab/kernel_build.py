@@ -50,10 +50,26 @@ class Series:
 DIFF_START = re.compile(rb"^(?:diff |--- a/|--- [^\s]+\t|Index: )", re.MULTILINE)
 
 
+# Paths whose changes cannot change a kernel image: selftests, tools, documentation.
+NOT_BUILT = (b"tools/", b"Documentation/")
+FILE_HEADER = re.compile(rb"^diff --git a/(\S+) ", re.MULTILINE)
+
+
 def patch_code(text: bytes) -> bytes:
-    """The diff part of a patch (from its first 'diff ' line): what it does to the tree."""
+    """What a patch does to the kernel build: its diff (from the first 'diff ' line), without
+    the files under tools/ and Documentation/ (a selftest fix must not rebuild kernels)."""
     match = DIFF_START.search(text)
-    return text[match.start() :] if match else text
+    diff = text[match.start() :] if match else text
+    starts = [m.start() for m in FILE_HEADER.finditer(diff)]
+    if not starts:
+        return diff
+    kept = []
+    for begin, end in zip(starts, [*starts[1:], len(diff)], strict=True):
+        section = diff[begin:end]
+        path = FILE_HEADER.match(section)
+        if path is None or not path.group(1).startswith(NOT_BUILT):
+            kept.append(section)
+    return b"".join(kept)
 
 
 def read_series(path: Path | None) -> Series:

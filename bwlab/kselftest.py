@@ -59,7 +59,7 @@ def build_test_cpu(tree: Path) -> Path:
     if shutil.which("cc") is None:
         raise BwlabError("building test_cpu needs a C compiler (apt-get install build-essential)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ["cc", "-static", "-O2", "-Wall", "-pthread", "-D_GNU_SOURCE", f"-I{sel / 'lib' / 'include'}",
+    cmd = ["cc", "-static", "-O2", "-Wall", "-pthread", f"-I{sel / 'lib' / 'include'}",
            f"-I{tree / 'tools/testing/selftests'}", "-o", str(out), *map(str, sources)]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:

@@ -137,3 +137,32 @@ def test_archive_uri_skips_security(tmp_path: Path) -> None:
 
 def test_missing_kernel_source_is_reported(empty_cache: Path) -> None:
     assert kernel_source.cached_source() is None
+
+
+GIT_PATCH = """From 1 Mon Sep 17 00:00:00 2001
+Subject: [PATCH] y
+---
+diff --git a/kernel/sched/fair.c b/kernel/sched/fair.c
+--- a/kernel/sched/fair.c
++++ b/kernel/sched/fair.c
+@@ -1 +1,2 @@
+ a
++b
+diff --git a/tools/testing/selftests/cgroup/test_cpu.c b/tools/testing/selftests/cgroup/test_cpu.c
+--- a/tools/testing/selftests/cgroup/test_cpu.c
++++ b/tools/testing/selftests/cgroup/test_cpu.c
+@@ -1 +1,2 @@
+ x
++y
+"""
+
+
+def test_selftest_and_doc_changes_do_not_change_the_kernel_key(tmp_path: Path) -> None:
+    one = variant(tmp_path, series_with(tmp_path, GIT_PATCH)).key
+    tools_changed = GIT_PATCH.replace("+y", "+z")
+    assert variant(tmp_path, series_with(tmp_path, tools_changed)).key == one
+    code_changed = GIT_PATCH.replace("+b", "+c")
+    assert variant(tmp_path, series_with(tmp_path, code_changed)).key != one
+    head, tools = GIT_PATCH.index("diff --git a/kernel"), GIT_PATCH.index("diff --git a/tools")
+    only_tools = GIT_PATCH[:head] + GIT_PATCH[tools:]
+    assert kernel_build.patch_code(only_tools.encode()) == b""
