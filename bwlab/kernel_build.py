@@ -53,6 +53,7 @@ DIFF_START = re.compile(rb"^(?:diff |--- a/|--- [^\s]+\t|Index: )", re.MULTILINE
 # Paths whose changes cannot change a kernel image: selftests, tools, documentation.
 NOT_BUILT = (b"tools/", b"Documentation/")
 FILE_HEADER = re.compile(rb"^diff --git a/(\S+) ", re.MULTILINE)
+TRAILER = re.compile(rb"^(?:base-commit|prerequisite-patch-id): \S+\n|^-- \n[^\n]*\n?\Z", re.MULTILINE)
 
 
 def patch_code(text: bytes) -> bytes:
@@ -60,6 +61,8 @@ def patch_code(text: bytes) -> bytes:
     the files under tools/ and Documentation/ (a selftest fix must not rebuild kernels)."""
     match = DIFF_START.search(text)
     diff = text[match.start() :] if match else text
+    # format-patch trailers: base-commit (in the last patch or the cover letter) and signature
+    diff = TRAILER.sub(b"", diff)
     starts = [m.start() for m in FILE_HEADER.finditer(diff)]
     if not starts:
         return diff

@@ -166,3 +166,9 @@ def test_selftest_and_doc_changes_do_not_change_the_kernel_key(tmp_path: Path) -
     head, tools = GIT_PATCH.index("diff --git a/kernel"), GIT_PATCH.index("diff --git a/tools")
     only_tools = GIT_PATCH[:head] + GIT_PATCH[tools:]
     assert kernel_build.patch_code(only_tools.encode()) == b""
+
+
+def test_format_patch_trailers_do_not_change_the_kernel_key(tmp_path: Path) -> None:
+    one = variant(tmp_path, series_with(tmp_path, GIT_PATCH)).key
+    trailed = GIT_PATCH + "\nbase-commit: " + "b" * 40 + "\n-- \n2.39.5\n"
+    assert variant(tmp_path, series_with(tmp_path, trailed)).key == one
