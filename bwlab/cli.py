@@ -171,7 +171,7 @@ def cmd_run(args: argparse.Namespace) -> int:
         path = runner.run_host(sc, out)
     else:
         image = _guest_image(args)
-        variant = ("patched" if image.patches else "baseline") + (f"-{image.flavor}" if image.flavor else "")
+        variant = image.variant_name
         if args.policy and not image.patches:
             raise BwlabError(f"--policy {args.policy} needs a patched kernel; kernel {image.key} has no patches")
         path = runner.run_guest(sc, image, args.vcpus, out, variant, args.timeout, args.policy)
@@ -199,15 +199,12 @@ def _print_summary(directory: Path) -> None:
 def cmd_kselftest(args: argparse.Namespace) -> int:
     image = _guest_image(args)
     if args.tests_tree:
-        tree = Path(args.tests_tree)
+        test_cpu = kselftest.build_test_cpu(Path(args.tests_tree))
     else:
-        series = kernel_build.read_series(DEFAULT_SERIES)
-        with step("kernel tree with the series applied (for test_cpu)"):
-            tree = kselftest.series_tree(_source(args, fetch=False), series)
-    test_cpu = kselftest.build_test_cpu(tree)
+        with step("test_cpu from the source with the series applied"):
+            test_cpu = kselftest.series_test_cpu(_source(args, fetch=False))
     out = Path(args.out) if args.out else _default_out("kselftest")
-    label = runner.guest_label(("patched" if image.patches else "baseline")
-                               + (f"-{image.flavor}" if image.flavor else ""), None, image.hz)  # fmt: skip
+    label = runner.guest_label(image.variant_name, None, image.hz)
     with console.status(f"test_cpu in {label} ({args.vcpus} vCPUs, kernel {image.key})"):
         path, tests = kselftest.run(image, test_cpu, args.vcpus, out, label)
     table = Table(title=f"test_cpu on {label}")

@@ -141,6 +141,11 @@ class KernelImage:
     build_seconds: float
     flavor: str = ""  # extra config fragments, e.g. "debug"
 
+    @property
+    def variant_name(self) -> str:
+        """'baseline', 'patched', 'patched-debug': how results name the kernel."""
+        return ("patched" if self.patches else "baseline") + (f"-{self.flavor}" if self.flavor else "")
+
     def metadata(self) -> dict[str, object]:
         meta = asdict(self)
         meta["bzimage"] = str(self.bzimage)

@@ -19,7 +19,7 @@ from bwlab import guest, kernel_build, results
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage, Series
 from bwlab.kernel_source import KernelSource
-from bwlab.paths import cache_root
+from bwlab.paths import DEFAULT_SERIES, cache_root
 
 SELFTEST_DIR = "tools/testing/selftests/cgroup"
 TAP_LINE = re.compile(r"^(ok|not ok) (\d+) (?:- )?(# SKIP )?(\S+)(.*)$", re.IGNORECASE)
@@ -43,6 +43,11 @@ def series_tree(source: KernelSource, series: Series) -> Path:
     kernel_build.prepare_tree(variant, work, work / "prepare.log")
     (work / "ready").write_text("ok\n")
     return src
+
+
+def series_test_cpu(source: KernelSource) -> Path:
+    """test_cpu built from `source` with the default series (and so its tests) applied."""
+    return build_test_cpu(series_tree(source, kernel_build.read_series(DEFAULT_SERIES)))
 
 
 def build_test_cpu(tree: Path) -> Path:

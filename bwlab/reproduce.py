@@ -114,13 +114,12 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
                 image = _build(source, job.kernel, images)
                 if job.what == "kselftest":
                     if test_cpu is None:
-                        tree = kselftest.series_tree(source, kernel_build.read_series(DEFAULT_SERIES))
-                        test_cpu = kselftest.build_test_cpu(tree)
-                    label = runner.guest_label(job.kernel.variant_name, None, job.kernel.hz)
+                        test_cpu = kselftest.series_test_cpu(source)
+                    label = runner.guest_label(image.variant_name, None, image.hz)
                     kselftest.run(image, test_cpu, vcpus, out, label)
                 else:
                     sc = scenario.load(scenario.find(job.what), {**job.overrides, **overrides})
-                    runner.run_guest(sc, image, vcpus, out, job.kernel.variant_name, policy=job.policy)
+                    runner.run_guest(sc, image, vcpus, out, image.variant_name, policy=job.policy)
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")
             console.print(f"[red]{job.describe()} failed after {time.monotonic() - start:.0f} s:[/red] {exc}")
