@@ -172,13 +172,17 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     if isinstance(dur, bool) or not isinstance(dur, int | float) or not 0 < dur <= 3600:
         raise _err(p, t, f"duration_s must be a number in (0, 3600], got {dur!r}{ctx}", "duration_s")
 
-    cg = data.get("cgroup", {})
-    if not isinstance(cg, dict):
-        raise _err(p, t, "cgroup must be a table", "cgroup")
-    for key in cg:
-        if key not in CGROUP_KEYS:
-            raise _err(p, t, f"unknown key '{key}' in [cgroup] (known: {', '.join(sorted(CGROUP_KEYS))})",
-                       key, "cgroup")  # fmt: skip
+    def need_table(section: str, known: set[str]) -> dict[str, Any]:
+        table = data.get(section, {})
+        if not isinstance(table, dict):
+            raise _err(p, t, f"{section} must be a table", section)
+        for key in table:
+            if key not in known:
+                raise _err(p, t, f"unknown key '{key}' in [{section}] (known: {', '.join(sorted(known))})",
+                           key, section)  # fmt: skip
+        return table
+
+    cg = need_table("cgroup", CGROUP_KEYS)
     need_int("cgroup", "period_us", cg.get("period_us", 100000), 1000, 1000000)
     need_int("cgroup", "burst_us", cg.get("burst_us", 0), 0, 10**9)
     need_cpu("cgroup", "quota_cpus", cg.get("quota_cpus", "max"), "max")
@@ -207,13 +211,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     for key in ("threads", "burners", "groups"):
         if key in wl:
             need_cpu("workload", key, wl[key], "")
-    probe = data.get("probe", {})
-    if not isinstance(probe, dict):
-        raise _err(p, t, "probe must be a table", "probe")
-    for key in probe:
-        if key not in PROBE_KEYS:
-            raise _err(p, t, f"unknown key '{key}' in [probe] (known: {', '.join(sorted(PROBE_KEYS))})",
-                       key, "probe")  # fmt: skip
+    probe = need_table("probe", PROBE_KEYS)
     classes = probe.get("lock_classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
         raise _err(p, t, "[probe] lock_classes must be a list of lock class names", "lock_classes", "probe")
