@@ -46,6 +46,14 @@ class Series:
             h.update(patch_code(patch.read_bytes()) + b"\0")
         return h.hexdigest()[:16]
 
+    @property
+    def source_digest(self) -> str:
+        """Hash of everything the series changes, tools/ (selftests) included."""
+        h = hashlib.sha256()
+        for patch in self.patches:
+            h.update(patch_diff(patch.read_bytes()) + b"\0")
+        return h.hexdigest()[:16]
+
 
 DIFF_START = re.compile(rb"^(?:diff |--- a/|--- [^\s]+\t|Index: )", re.MULTILINE)
 
@@ -56,13 +64,17 @@ FILE_HEADER = re.compile(rb"^diff --git a/(\S+) ", re.MULTILINE)
 TRAILER = re.compile(rb"^(?:base-commit|prerequisite-patch-id): \S+\n|^-- \n[^\n]*\n?\Z", re.MULTILINE)
 
 
-def patch_code(text: bytes) -> bytes:
-    """What a patch does to the kernel build: its diff (from the first 'diff ' line), without
-    the files under tools/ and Documentation/ (a selftest fix must not rebuild kernels)."""
+def patch_diff(text: bytes) -> bytes:
+    """A patch's diff (from its first 'diff ' line), without the changelog and without
+    format-patch's trailers (base-commit, in the last patch or the cover letter; signature)."""
     match = DIFF_START.search(text)
-    diff = text[match.start() :] if match else text
-    # format-patch trailers: base-commit (in the last patch or the cover letter) and signature
-    diff = TRAILER.sub(b"", diff)
+    return TRAILER.sub(b"", text[match.start() :] if match else text)
+
+
+def patch_code(text: bytes) -> bytes:
+    """What a patch does to the kernel build: its diff without the files under tools/ and
+    Documentation/ (a selftest fix must not rebuild kernels)."""
+    diff = patch_diff(text)
     starts = [m.start() for m in FILE_HEADER.finditer(diff)]
     if not starts:
         return diff
@@ -103,7 +115,7 @@ class Variant:
     @property
     def flavor(self) -> str:
         """Names of the extra config fragments ("debug", "lockstat"), "" for the lab kernel."""
-        return "+".join(f.stem for f in self.fragments if f != LAB_CONFIG)
+        return flavor_of(self.fragments)
 
     def config_text(self) -> str:
         parts = []
@@ -144,13 +156,23 @@ class KernelImage:
     @property
     def variant_name(self) -> str:
         """'baseline', 'patched', 'patched-debug': how results name the kernel."""
-        return ("patched" if self.patches else "baseline") + (f"-{self.flavor}" if self.flavor else "")
+        return variant_name(bool(self.patches), self.flavor)
 
     def metadata(self) -> dict[str, object]:
         meta = asdict(self)
         meta["bzimage"] = str(self.bzimage)
         meta["patches"] = list(self.patches)
         return meta
+
+
+def flavor_of(fragments: tuple[Path, ...]) -> str:
+    """Names of the config fragments beyond lab.config: "debug", "lockstat", "" for none."""
+    return "+".join(f.stem for f in fragments if f != LAB_CONFIG)
+
+
+def variant_name(patched: bool, flavor: str) -> str:
+    """'baseline', 'patched', 'patched-debug': how results name a kernel."""
+    return ("patched" if patched else "baseline") + (f"-{flavor}" if flavor else "")
 
 
 def hz_fragment(hz: int) -> str:

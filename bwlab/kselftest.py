@@ -34,7 +34,7 @@ class TestResult:
 
 def series_tree(source: KernelSource, series: Series) -> Path:
     """A hard-link copy of the source with the series applied, kept in the cache."""
-    work = cache_root() / "kselftest" / f"tree-{source.version}-{series.digest}"
+    work = cache_root() / "kselftest" / f"tree-{source.version}-{series.source_digest}"
     src = work / "src"
     if (work / "ready").is_file():
         return src

@@ -7,7 +7,7 @@ empty patch series only the lab's own runs (host and baseline guest) remain.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from bwlab import kernel_build, kselftest, report, runner, scenario
@@ -31,8 +31,7 @@ class Kernel:
 
     @property
     def variant_name(self) -> str:
-        flavor = "+".join(f.stem for f in self.fragments)
-        return ("patched" if self.patched else "baseline") + (f"-{flavor}" if flavor else "")
+        return kernel_build.variant_name(self.patched, kernel_build.flavor_of(self.fragments))
 
 
 @dataclass(frozen=True)
@@ -42,7 +41,6 @@ class Job:
     what: str  # scenario name, or "kselftest"
     kernel: Kernel | None = None  # None: the host
     policy: str | None = None
-    overrides: dict[str, object] = field(default_factory=dict, hash=False)
 
     def describe(self) -> str:
         if self.kernel is None:
@@ -118,7 +116,7 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
                     label = runner.guest_label(image.variant_name, None, image.hz)
                     kselftest.run(image, test_cpu, vcpus, out, label)
                 else:
-                    sc = scenario.load(scenario.find(job.what), {**job.overrides, **overrides})
+                    sc = scenario.load(scenario.find(job.what), overrides)
                     runner.run_guest(sc, image, vcpus, out, image.variant_name, policy=job.policy)
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")

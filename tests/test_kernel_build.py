@@ -161,6 +161,8 @@ def test_selftest_and_doc_changes_do_not_change_the_kernel_key(tmp_path: Path) -
     one = variant(tmp_path, series_with(tmp_path, GIT_PATCH)).key
     tools_changed = GIT_PATCH.replace("+y", "+z")
     assert variant(tmp_path, series_with(tmp_path, tools_changed)).key == one
+    # ...but the tree test_cpu is built from follows them
+    assert series_with(tmp_path, tools_changed).source_digest != series_with(tmp_path, GIT_PATCH).source_digest
     code_changed = GIT_PATCH.replace("+b", "+c")
     assert variant(tmp_path, series_with(tmp_path, code_changed)).key != one
     head, tools = GIT_PATCH.index("diff --git a/kernel"), GIT_PATCH.index("diff --git a/tools")
