@@ -1,4 +1,4 @@
-"""Command line: bwlab kernel|run|report|reproduce|scenarios|validate."""
+"""Command line: bwlab kernel|run|report|reproduce|scenarios|check|validate|sim."""
 
 from __future__ import annotations
 
@@ -25,10 +25,13 @@ from bwlab import (
     results,
     runner,
     scenario,
+    sim,
+    simtools,
 )
 from bwlab.errors import BwlabError
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.progress import console, step
+from bwlab.scenario import RunSpec
 
 
 class Parser(argparse.ArgumentParser):
@@ -143,11 +146,110 @@ def cmd_scenarios(args: argparse.Namespace) -> int:
     return 0
 
 
-def cmd_validate(args: argparse.Namespace) -> int:
+def cmd_check(args: argparse.Namespace) -> int:
     for name in args.files:
         sc = scenario.load(scenario.find(name))
         for spec in sc.resolve(args.ncpu):
             print(f"{sc.name}/{spec.case}: {spec.settings()}")
+    return 0
+
+
+def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
+    return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
+                         seed=args.seed, jitter_us=args.jitter_us)  # fmt: skip
+
+
+def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
+    if hz:
+        p.add_argument("--hz", type=int, default=250, help="CONFIG_HZ (default 250)")
+    p.add_argument("--tick", choices=sim.TICK_MODES, default="aligned",
+                   help="sim: phase of the CPUs' ticks (default aligned, the kernel's skew_tick=0)")  # fmt: skip
+    p.add_argument("--jitter-us", type=int, default=0, help="sim: ticks and timers run up to this late (default 0)")
+    p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
+
+
+def cmd_validate(args: argparse.Namespace) -> int:
+    lab = Path(args.results)
+    out = Path(args.out) if args.out else lab
+    jitter = {"guest": args.guest_jitter_us, "host": args.host_jitter_us}
+    with console.status("simulating every lab point"):
+        rows, path = simtools.validate(lab, out, args.reps, jitter)
+    table = Table(title="throttled periods %: lab vs simulator")
+    for col in ("scenario", "lab target", "case", "lab", "sim", "within"):
+        table.add_column(col)
+    for r in rows:
+        table.add_row(r["scenario"], r["lab"], r["case"], f"{r['lab_mean']:.1f} ±{r['lab_sd']:.1f}",
+                      f"{r['sim_mean']:.1f} ±{r['sim_sd']:.1f}", "yes" if r["ok"] else "NO")  # fmt: skip
+    console.print(table)
+    console.print(f"details: {path}")
+    bad = [r for r in rows if not r["ok"]]
+    if bad:
+        raise BwlabError(f"{len(bad)} of {len(rows)} points outside the tolerance (see {path})")
+    return 0
+
+
+def _one_spec(args: argparse.Namespace, ncpu: int) -> RunSpec:
+    sc = _load_scenario(args.scenario, args)
+    specs = sc.resolve(ncpu)
+    if args.case is None:
+        limited = [s for s in specs if s.quota_us is not None]
+        return (limited or specs)[-1]
+    for s in specs:
+        if s.case == args.case:
+            return s
+    raise BwlabError(f"scenario {sc.name} has no case {args.case!r} (cases: {', '.join(s.case for s in specs)})")
+
+
+def cmd_sim_explain(args: argparse.Namespace) -> int:
+    target = _sim_target(args)
+    spec = _one_spec(args, target.ncpu)
+    png = Path(args.out) if args.out else Path("results") / f"explain-{spec.scenario}-{spec.case}.png"
+    lines, out = simtools.explain(spec, target, args.from_ms, args.to_ms, png)
+    for line in lines:
+        print(line)
+    g = out["groups"][0]
+    print(f"{spec.scenario}/{spec.case} ({target.label}): {g['nr_throttled']} of {g['nr_periods']} periods throttled "
+          f"in {out['duration_ns'] / 1e9:g} s; plot: {png}")  # fmt: skip
+    return 0
+
+
+def _floats(text: str) -> list[float]:
+    try:
+        return [float(x) for x in text.split(",") if x.strip()]
+    except ValueError:
+        raise BwlabError(f"expected comma-separated numbers, got {text!r}") from None
+
+
+def cmd_sim_sweep(args: argparse.Namespace) -> int:
+    target = _sim_target(args)
+    spec = _one_spec(args, target.ncpu)
+    axes: dict[str, list[object]] = {}
+    for name in ("period_us", "quota_cpus", "slice_us", "hz", "burst_us"):
+        text = getattr(args, "hz_list" if name == "hz" else name)
+        if text:
+            vals = _floats(text)
+            axes[name] = [v if name == "quota_cpus" else int(v) for v in vals]
+    if args.policy_list:
+        axes["policy"] = [p.strip() for p in args.policy_list.split(",") if p.strip()]
+    if not axes:
+        raise BwlabError(
+            "sweep: give at least one axis (--period-us, --quota-cpus, --slice-us, --hz, --burst-us, --policies)"
+        )
+    with console.status(f"sweeping {spec.scenario}/{spec.case}"):
+        rows = simtools.sweep(spec, target, axes, args.reps, args.jobs)
+    out = Path(args.out) if args.out else Path("results") / f"sweep-{spec.scenario}.csv"
+    simtools.write_csv(rows, out)
+    table = Table(title=f"{spec.scenario}/{spec.case}: {args.reps} seeds per point (simulated)")
+    metrics = [k for k in ("throttled_pct", "usage_per_quota", "p99_us", "wakeup_p99_us", "request_p99_us")
+               if any(k in r for r in rows)]  # fmt: skip
+    for col in (*axes, *metrics):
+        table.add_column(col)
+    for r in rows:
+        cells = [str(r[a]) for a in axes]
+        cells += [f"{r[m]:.3g} ±{r[m + '_sd']:.2g}" if m in r else "-" for m in metrics]
+        table.add_row(*cells)
+    console.print(table)
+    console.print(f"csv: {out}")
     return 0
 
 
@@ -167,7 +269,10 @@ def _guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_scenario(args.scenario, args)
     out = Path(args.out) if args.out else _default_out(sc.name)
-    if args.target == "host":
+    if args.target == "sim":
+        with console.status(f"{sc.name} in the simulator"):
+            path = sim.run_scenario(sc, _sim_target(args), out)
+    elif args.target == "host":
         path = runner.run_host(sc, out)
     else:
         image = _guest_image(args)
@@ -272,16 +377,53 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=cmd_kernel_clean)
 
     sub.add_parser("scenarios", help="list built-in scenarios").set_defaults(func=cmd_scenarios)
-    p = sub.add_parser("validate", help="validate scenario files and show their cases")
+    p = sub.add_parser("check", help="check scenario files and show their cases")
     p.add_argument("files", nargs="+")
     p.add_argument("--ncpu", type=int, default=2, help="CPU count to resolve 'ncpu' with")
+    p.set_defaults(func=cmd_check)
+
+    p = sub.add_parser("validate", help="simulate table2, slice and rewrite-storm and compare with lab results")
+    p.add_argument("--results", default="results", metavar="DIR", help="lab result files (default results/)")
+    p.add_argument("--out", metavar="DIR", help="where validate.md/.json go (default: the results directory)")
+    p.add_argument("--reps", type=int, default=20, help="simulated seeds per point (default 20)")
+    p.add_argument("--guest-jitter-us", type=int, default=0, help="interrupt latency modelled for guests (default 0)")
+    p.add_argument("--host-jitter-us", type=int, default=0, help="interrupt latency modelled for the host (default 0)")
     p.set_defaults(func=cmd_validate)
 
-    p = sub.add_parser("run", help="run one scenario on the host or in a guest")
+    simp = sub.add_parser("sim", help="the simulator: explain a window, sweep parameters")
+    ssub = simp.add_subparsers(dest="sim_command", required=True, parser_class=Parser)
+    for name, helptext in (("explain", "per-CPU timeline of a short window, as text and PNG (Fig. 4 style)"),
+                           ("sweep", "throttling over period/quota/slice/HZ/burst/policy, in parallel")):  # fmt: skip
+        p = ssub.add_parser(name, help=helptext)
+        p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
+        p.add_argument("--case", help="case name (default: the last case with a quota)")
+        p.add_argument("--vcpus", type=int, default=2)
+        p.add_argument("--duration", type=float, help="override the scenario's duration_s")
+        p.add_argument("--out", metavar="FILE")
+        _add_sim_args(p, hz=name == "explain")
+        if name == "explain":
+            p.add_argument("--policy", choices=policies.names(), default="mainline")
+            p.add_argument("--from-ms", type=float, default=0.0)
+            p.add_argument("--to-ms", type=float, default=100.0)
+            p.set_defaults(func=cmd_sim_explain)
+        else:
+            p.add_argument("--policy", choices=policies.names(), default="mainline")
+            p.add_argument("--period-us", help="comma-separated values")
+            p.add_argument("--quota-cpus", help="comma-separated CPU counts (quota = value x period)")
+            p.add_argument("--slice-us", help="comma-separated sched_cfs_bandwidth_slice_us values")
+            p.add_argument("--hz", dest="hz_list", help="comma-separated CONFIG_HZ values")
+            p.add_argument("--burst-us", help="comma-separated cpu.max.burst values")
+            p.add_argument("--policies", dest="policy_list", help="comma-separated policies")
+            p.add_argument("--reps", type=int, default=10, help="seeds per point (default 10)")
+            p.add_argument("--jobs", type=int, help="parallel simulations (default: all cores)")
+            p.set_defaults(func=cmd_sim_sweep, hz=250)
+
+    p = sub.add_parser("run", help="run one scenario on the host, in a guest or in the simulator")
     p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
-    p.add_argument("--target", choices=("host", "guest"), default="host")
+    p.add_argument("--target", choices=("host", "guest", "sim"), default="host")
     p.add_argument("--kernel", metavar="KEY", help="guest: a built kernel by key (bwlab kernel list)")
     _add_variant_args(p)
+    _add_sim_args(p, hz=False)
     p.add_argument("--vcpus", type=int, default=2)
     p.add_argument("--out", metavar="DIR")
     p.add_argument("--reps", type=int, help="override the scenario's repetitions")

@@ -52,8 +52,7 @@ def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
         raise BwlabError(f"cglat output is not its JSON document: {exc}") from exc
     if not samples:
         raise BwlabError("cglat recorded no sleep samples")
-    metrics = {f"p{str(p).replace('.', '')}_us": percentile(samples, p) for p in (50, 90, 99, 99.9)}
-    metrics["max_us"] = float(max(samples))
+    metrics = latency_metrics(samples)
     metrics["sleeps"] = float(len(samples))
     return metrics, samples
 
@@ -105,14 +104,11 @@ def parse_cgstress(stdout: str) -> dict[str, float]:
         raise BwlabError(f"cgstress output is not its JSON document: {exc}") from exc
 
 
-def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
-    """Metrics of one repetition and its raw latency samples (empty when not a latency test)."""
-    if raw.rc != 0:
-        tail = (raw.stderr or raw.stdout).strip().splitlines()[-1:] or ["(no output)"]
-        raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
-    delta = cpu_stat_delta(raw.stat_before, raw.stat_after)
+def stat_metrics(spec: RunSpec, delta: dict[str, int], wall_s: float) -> dict[str, float | None]:
+    """Metrics from a repetition's cpu.stat delta (normalized names) and its wall time:
+    the same for host, guest and simulator."""
     out: dict[str, float | None] = {k: float(v) for k, v in delta.items()}
-    out["wall_s"] = raw.wall_s
+    out["wall_s"] = wall_s
     periods = delta.get("nr_periods", 0)
     out["throttled_pct"] = 100.0 * delta["nr_throttled"] / periods if periods else None
     usage = delta.get("usage_us")
@@ -121,11 +117,27 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
     if usage is not None and spec.quota_us is not None and periods:
         # > 1 means the group received more than one quota per period it was active in
         out["usage_per_period_quota"] = usage / (periods * spec.quota_us)
-    if usage is not None and raw.wall_s > 0:
-        cpus_used = usage / (raw.wall_s * 1e6)
+    if usage is not None and wall_s > 0:
+        cpus_used = usage / (wall_s * 1e6)
         out["cpus_used"] = cpus_used
         if spec.quota_us is not None:
             out["usage_per_quota"] = cpus_used / (spec.quota_us / spec.period_us)
+    return out
+
+
+def latency_metrics(samples: list[int]) -> dict[str, float]:
+    """Percentiles (us) of latency samples, as cglat's are reported."""
+    metrics = {f"p{str(p).replace('.', '')}_us": percentile(samples, p) for p in (50, 90, 99, 99.9)}
+    metrics["max_us"] = float(max(samples))
+    return metrics
+
+
+def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
+    """Metrics of one repetition and its raw latency samples (empty when not a latency test)."""
+    if raw.rc != 0:
+        tail = (raw.stderr or raw.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
+    out = stat_metrics(spec, cpu_stat_delta(raw.stat_before, raw.stat_after), raw.wall_s)
     samples: list[int] = []
     kind = spec.workload.kind
     if kind == "sysbench-cpu":

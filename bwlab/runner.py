@@ -60,6 +60,8 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
     hier = cgroup.detect()
     ncpu = len(os.sched_getaffinity(0))
     specs = sc.resolve(ncpu)
+    for spec in specs:
+        spec.workload.require_real()
     raws: dict[tuple[int, int], RawRep] = {}
     total = sum(s.repetitions for s in specs)
     with _progress() as progress:
@@ -107,6 +109,8 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
 
     `policy` (patched kernels) selects the series' sched_feat switches, see policies.py."""
     specs = sc.resolve(vcpus)
+    for spec in specs:
+        spec.workload.require_real()
     label = guest_label(variant, policy, image.hz)
     features = policies.feature_writes(policy) if policy else None
     limit = timeout_s if timeout_s is not None else guest_timeout(specs)

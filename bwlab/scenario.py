@@ -34,7 +34,13 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "hackbench": {"kind", "groups", "loops"},
     "cgstress": {"kind", "burners", "hotplug"},
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
+    # simulator only (until real workloads of these shapes exist in workloads/)
+    "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
+    "requests": {"kind", "workers", "rps", "service_us", "dist"},
+    "trace": {"kind", "file", "repeat"},
 }
+SIM_ONLY = {"onoff", "requests", "trace"}
+DISTS = ("fixed", "exp", "uniform", "lognormal")
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 
@@ -43,6 +49,12 @@ SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 class Workload:
     kind: str
     argv: tuple[str, ...]  # argv[0] is a logical program name the runner resolves
+    # the [workload] table, CPU counts resolved, paths absolute: what the simulator reads
+    table: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+
+    def require_real(self) -> None:
+        if self.kind in SIM_ONLY:
+            raise BwlabError(f"workload kind '{self.kind}' runs only in the simulator (--target sim)")
 
 
 @dataclass(frozen=True)
@@ -208,7 +220,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
         if key not in WORKLOAD_KEYS[kind]:
             raise _err(p, t, f"unknown key '{key}' for workload {kind!r} "
                        f"(known: {', '.join(sorted(WORKLOAD_KEYS[kind]))})", key, "workload")  # fmt: skip
-    for key in ("threads", "burners", "groups"):
+    for key in ("threads", "burners", "groups", "workers"):
         if key in wl:
             need_cpu("workload", key, wl[key], "")
     probe = need_table("probe", PROBE_KEYS)
@@ -219,6 +231,18 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
                         ("locks", 1, 10**6), ("yields", 1, 10**7)):  # fmt: skip
         if key in wl:
             need_int("workload", key, wl[key], lo, hi)
+    for key in ("on_us", "off_us", "service_us", "rps"):
+        val = wl.get(key, 1)
+        if isinstance(val, bool) or not isinstance(val, int | float) or not 0 < val <= 10**9:
+            raise _err(p, t, f"[workload] {key} must be a positive number, got {val!r}{ctx}", key, "workload")
+    if wl.get("dist", "exp") not in DISTS:
+        raise _err(p, t, f"[workload] dist must be one of {', '.join(DISTS)}, got {wl['dist']!r}{ctx}",
+                   "dist", "workload")  # fmt: skip
+    if kind == "trace" and not (isinstance(wl.get("file"), str) and wl["file"]):
+        raise _err(p, t, f'[workload] a trace needs file = "PATH.jsonl"{ctx}', "file", "workload")
+    for key in ("hotplug", "repeat"):
+        if not isinstance(wl.get(key, False), bool):
+            raise _err(p, t, f"[workload] {key} must be true or false, got {wl[key]!r}{ctx}", key, "workload")
     if not isinstance(wl.get("hotplug", False), bool):
         raise _err(p, t, f"[workload] hotplug must be true or false, got {wl['hotplug']!r}{ctx}", "hotplug", "workload")
 
@@ -383,9 +407,17 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "cgstress":
         burners = max(1, min(64, round(cpu_value(wl.get("burners", "ncpu*4"), ncpu, "burners"))))
         argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))
-    else:  # hackbench
+    elif kind == "hackbench":
         groups = max(1, round(cpu_value(wl.get("groups", "ncpu"), ncpu, "groups")))
         argv = ("hackbench", "-g", str(groups), "-l", str(wl.get("loops", 1000)))
+    else:  # simulator only
+        argv = (kind,)
+    table = dict(wl)
+    for key in ("threads", "burners", "groups", "workers"):
+        if key in table:
+            table[key] = max(1, round(cpu_value(table[key], ncpu, key)))
+    if "file" in table:
+        table["file"] = str((sc.path.parent / table["file"]).resolve())
     sides = tuple(
         SideAction(kind=name, interval_us=int(s.get("interval_ms", 100)) * 1000)
         for name, s in sorted(data.get("side", {}).items())
@@ -397,7 +429,7 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         scenario=sc.name, case=case, params=params, ncpu=ncpu, period_us=period, quota_us=quota,
         burst_us=int(cg.get("burst_us", 0)), cpus=cpus,
         sysctls={k: str(v) for k, v in data.get("sysctl", {}).items()},
-        workload=Workload(kind=kind, argv=argv), sides=sides, duration_s=duration,
+        workload=Workload(kind=kind, argv=argv, table=table), sides=sides, duration_s=duration,
         repetitions=int(data["repetitions"]),
         lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])),
     )  # fmt: skip

@@ -73,6 +73,6 @@ def test_report_on_missing_dir(tmp_path: Path) -> None:
 
 
 def test_validate_lists_cases() -> None:
-    proc = bwlab("validate", "table2", "--ncpu", "4")
+    proc = bwlab("check", "table2", "--ncpu", "4")
     assert proc.returncode == 0
     assert "table2/10ms" in proc.stdout and "'quota_us': 40000" in proc.stdout

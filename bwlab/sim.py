@@ -1,0 +1,258 @@
+"""The simulator target: a scenario's cases run through the Rust model (sim/, `bwlab._sim`).
+
+A RunSpec becomes one JSON configuration per repetition (seeded by the repetition, so the
+period timer's and the ticks' phases differ between repetitions as they differ between
+fresh cgroups on a real machine); results come back as cpu.stat fields and are turned into
+the same metrics, in the same result document, as host and guest runs.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from bwlab import policies, results
+from bwlab.errors import BwlabError
+from bwlab.metrics import latency_metrics, stat_metrics
+from bwlab.scenario import RunSpec, Scenario
+
+TICK_MODES = ("aligned", "skew", "random")
+SLICE_SYSCTL = "kernel.sched_cfs_bandwidth_slice_us"
+SLEEPER_RUN_NS = 2_000  # cglat's sleeper: a clock read and a loop test per wakeup
+
+
+def _module() -> Any:
+    try:
+        from bwlab import _sim  # type: ignore[attr-defined]
+    except ImportError as exc:
+        raise BwlabError(
+            f"the simulator extension bwlab._sim is not built ({exc}); run: bash scripts/setup.sh"
+        ) from exc
+    return _sim
+
+
+@dataclass(frozen=True)
+class SimTarget:
+    """What the simulated machine is: CPUs, tick rate and phases, kernel policy."""
+
+    ncpu: int = 2
+    hz: int = 250
+    policy: str = "mainline"
+    tick: str = "aligned"
+    seed: int = 0
+    jitter_us: int = 0
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.ncpu <= 4096:
+            raise BwlabError(f"sim: --vcpus must be in 1..4096, got {self.ncpu}")
+        if self.hz not in (100, 250, 300, 1000):
+            raise BwlabError(f"sim: --hz must be 100, 250, 300 or 1000, got {self.hz}")
+        if self.tick not in TICK_MODES:
+            raise BwlabError(f"sim: --tick must be one of {', '.join(TICK_MODES)}, got {self.tick!r}")
+        policies.feature_writes(self.policy)  # raises on an unknown policy
+
+    @property
+    def label(self) -> str:
+        return f"sim-{self.policy}" + (f"-hz{self.hz}" if self.hz != 250 else "")
+
+
+DIST_SHAPES = {"fixed": lambda m: {"fixed": m}, "exp": lambda m: {"exp": m},
+               "uniform": lambda m: {"uniform": [0.5 * m, 1.5 * m]},
+               "lognormal": lambda m: {"lognormal": [m / math.exp(0.5), 1.0]}}  # fmt: skip
+"""Durations of mean m ns: uniform over m +/- 50 %; log-normal with sigma 1 (heavy tail)."""
+
+
+def _dist(table: dict[str, Any], key: str) -> dict[str, Any]:
+    mean_ns = float(table[key]) * 1000.0
+    shape = DIST_SHAPES[str(table.get("dist", "exp"))]
+    return shape(mean_ns)  # type: ignore[no-untyped-call]
+
+
+def read_trace(path: Path) -> list[list[tuple[int, int]]]:
+    """A JSON-lines trace: one {"run_us": R, "sleep_us": S, "thread": N} per line, per thread
+    in order. Errors name the file, line and field."""
+    try:
+        lines = path.read_text().splitlines()
+    except OSError as exc:
+        raise BwlabError(f"{path}: cannot read trace: {exc.strerror}") from exc
+    threads: dict[int, list[tuple[int, int]]] = {}
+    for lineno, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise BwlabError(f"{path}:{lineno}: not a JSON object: {exc.msg}") from None
+        if not isinstance(rec, dict):
+            raise BwlabError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
+        unknown = set(rec) - {"run_us", "sleep_us", "thread"}
+        if unknown:
+            raise BwlabError(f"{path}:{lineno}: unknown field '{sorted(unknown)[0]}' (known: run_us, sleep_us, thread)")
+        vals = {}
+        for key in ("run_us", "sleep_us"):
+            val = rec.get(key, 0)
+            if isinstance(val, bool) or not isinstance(val, int | float) or not 0 <= val <= 3.6e9:
+                raise BwlabError(f"{path}:{lineno}: {key} must be a number of microseconds >= 0, got {val!r}")
+            vals[key] = round(val * 1000)
+        if vals["run_us"] == 0 and vals["sleep_us"] == 0:
+            raise BwlabError(f"{path}:{lineno}: run_us and sleep_us are both 0")
+        thread = rec.get("thread", 0)
+        if isinstance(thread, bool) or not isinstance(thread, int) or not 0 <= thread < 4096:
+            raise BwlabError(f"{path}:{lineno}: thread must be an integer in 0..4095, got {thread!r}")
+        threads.setdefault(thread, []).append((vals["run_us"], vals["sleep_us"]))
+    if not threads:
+        raise BwlabError(f"{path}: trace has no intervals")
+    return [threads[k] for k in sorted(threads)]
+
+
+def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
+    wl = spec.workload.table
+    kind = spec.workload.kind
+
+    def placed(behaviors: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        return [{"group": 0, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(behaviors)]
+
+    if kind in ("sysbench-cpu", "sysbench-threads"):
+        # sysbench threads' lock/yield loop never sleeps: as CPU-bound as sysbench cpu
+        default = len(cpus) if kind == "sysbench-cpu" else 4 * len(cpus)
+        return placed([{"type": "cpu"}] * int(wl.get("threads", default))), None
+    if kind == "cglat":
+        sleeper = {"type": "sleeper", "sleep_ns": int(wl.get("sleep_us", 10000)) * 1000, "run_ns": SLEEPER_RUN_NS}
+        return placed([sleeper] + [{"type": "cpu"}] * int(wl.get("burners", 32))), None
+    if kind == "onoff":
+        onoff = {"type": "onoff", "on": _dist(wl, "on_us"), "off": _dist(wl, "off_us")}
+        return placed([onoff] * int(wl.get("threads", len(cpus)))), None
+    if kind == "requests":
+        req = {"rate_per_s": float(wl.get("rps", 1000)), "service": _dist(wl, "service_us")}
+        return placed([{"type": "worker"}] * int(wl.get("workers", len(cpus)))), req
+    if kind == "trace":
+        traces = read_trace(Path(str(wl["file"])))
+        repeat = bool(wl.get("repeat", True))
+        return placed([{"type": "trace", "intervals": tr, "repeat": repeat} for tr in traces]), None
+    raise BwlabError(f"workload kind '{kind}' is not modelled by the simulator (scenario {spec.scenario})")
+
+
+def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
+           events: tuple[float, float] | None = None, samples: bool = True) -> dict[str, Any]:  # fmt: skip
+    """The simulator's configuration for one repetition of a resolved case."""
+    ncpu = spec.ncpu
+    if spec.cpus is None:
+        cpus = list(range(ncpu))
+    else:
+        lo, _, hi = spec.cpus.partition("-")
+        cpus = list(range(int(lo), int(hi or lo) + 1))
+    threads, requests = _threads(spec, cpus)
+    slice_us = int(spec.sysctls.get(SLICE_SYSCTL, "5000"))
+    unknown = sorted(set(spec.sysctls) - {SLICE_SYSCTL})
+    if unknown:
+        raise BwlabError(f"sysctl {unknown[0]} is not modelled by the simulator (scenario {spec.scenario})")
+    group = {"name": spec.scenario, "period_ns": spec.period_us * 1000,
+             "quota_ns": None if spec.quota_us is None else spec.quota_us * 1000,
+             "burst_ns": spec.burst_us * 1000}  # fmt: skip
+    writes = [{"group": 0, "at_ns": side.interval_us * 1000, "every_ns": side.interval_us * 1000,
+               "period_ns": group["period_ns"], "quota_ns": group["quota_ns"], "burst_ns": group["burst_ns"]}
+              for side in spec.sides if side.kind == "rewrite"]  # fmt: skip
+    record: dict[str, Any] = {"periods": periods, "samples": samples}
+    if events is not None:
+        record["events_from_ns"], record["events_to_ns"] = round(events[0] * 1e6), round(events[1] * 1e6)
+    doc: dict[str, Any] = {
+        "ncpu": ncpu, "hz": target.hz, "duration_ns": round(spec.duration_s * 1e9),
+        "seed": target.seed * 1_000_003 + rep, "slice_ns": slice_us * 1000, "tick": target.tick,
+        "jitter_ns": target.jitter_us * 1000,
+        "features": list(policies.POLICIES[target.policy]), "groups": [group], "threads": threads,
+        "writes": writes, "record": record,
+    }  # fmt: skip
+    if requests is not None:
+        doc["requests"] = requests
+    return doc
+
+
+def simulate_many(configs: list[dict[str, Any]], jobs: int | None = None) -> list[dict[str, Any]]:
+    """Run simulations in parallel (Rust threads, one per core by default)."""
+    if not configs:
+        return []
+    mod = _module()
+    try:
+        outs = mod.run_many([json.dumps(c) for c in configs], jobs or os.cpu_count() or 1)
+    except ValueError as exc:
+        raise BwlabError(f"simulator: {exc}") from None
+    return [json.loads(o) for o in outs]
+
+
+def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | None], list[int]]:
+    """The same metrics a host or guest repetition gets, from one simulation's output."""
+    g = out["groups"][0]
+    delta = {"nr_periods": g["nr_periods"], "nr_throttled": g["nr_throttled"],
+             "throttled_us": g["throttled_ns"] // 1000, "nr_bursts": g["nr_bursts"],
+             "burst_us": g["burst_ns"] // 1000, "usage_us": g["usage_ns"] // 1000}  # fmt: skip
+    metrics = stat_metrics(spec, delta, out["duration_ns"] / 1e9)
+    samples: list[int] = []
+    smp = out["samples"]
+    if smp["sleep_ns"]:
+        samples = [s // 1000 for s in smp["sleep_ns"]]
+        metrics.update(latency_metrics(samples))
+        metrics["sleeps"] = float(len(samples))
+    if smp["wakeup_ns"]:
+        metrics.update({f"wakeup_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["wakeup_ns"]]).items()})
+    if smp["request_ns"]:
+        metrics.update({f"request_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["request_ns"]]).items()})
+    if spec.workload.kind == "requests":
+        metrics["requests_done"] = float(out["requests_done"])
+        metrics["rps_achieved"] = out["requests_done"] / (out["duration_ns"] / 1e9)
+    metrics["sim_ticks"] = float(out["ticks"])
+    return metrics, samples
+
+
+def timeline(out: dict[str, Any]) -> dict[str, Any]:
+    """Per period of the group, per CPU: usage, local pool at the boundary, throttled and
+    acquired time (ns); compact columns for the result file."""
+    rows = out["periods"]
+    return {"t_ns": [r["t_ns"] for r in rows], "pool_ns": [r["pool_ns"] for r in rows],
+            "slush_ns": [r["slush_ns"] for r in rows], "throttled": [r["throttled"] for r in rows],
+            "cpus": ["usage_ns", "local_ns", "throttled_ns", "acquired_ns"],
+            "per_cpu": [r["cpus"] for r in rows]}  # fmt: skip
+
+
+def run_specs(specs: list[RunSpec], target: SimTarget, jobs: int | None = None) -> list[list[dict[str, Any]]]:
+    """Every repetition of every case; the first repetition of each case keeps its timeline."""
+    configs, index = [], []
+    for ci, spec in enumerate(specs):
+        for rep in range(spec.repetitions):
+            configs.append(config(spec, target, rep, periods=rep == 0))
+            index.append(ci)
+    outs = simulate_many(configs, jobs)
+    per_case: list[list[dict[str, Any]]] = [[] for _ in specs]
+    for ci, out in zip(index, outs, strict=True):
+        per_case[ci].append(out)
+    return per_case
+
+
+def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | None = None) -> Path:
+    """All cases of a scenario in the simulator; writes SCENARIO-sim-POLICY.json."""
+    specs = sc.resolve(target.ncpu)
+    per_case = run_specs(specs, target, jobs)
+    cases = []
+    for spec, outs in zip(specs, per_case, strict=True):
+        reps = []
+        for rep, out in enumerate(outs):
+            metrics, samples = rep_metrics(spec, out)
+            entry: dict[str, Any] = {"rep": rep, "metrics": metrics}
+            if samples:
+                entry["samples_us"] = samples
+            if out["periods"]:
+                entry["timeline"] = timeline(out)
+            reps.append(entry)
+        cases.append({"case": spec.case, "params": spec.params, "settings": spec.settings(), "reps": reps})
+    meta = results.base_meta("sim", target.label)
+    slice_us = int(specs[0].sysctls.get(SLICE_SYSCTL, "5000")) if specs else 5000
+    meta.update({"policy": target.policy, "sched_features": {f: f in policies.POLICIES[target.policy]
+                                                              for f in policies.FEATURES},
+                 "source_version": "7.3 (model)", "hz": target.hz, "vcpus": target.ncpu, "tick": target.tick,
+                 "seed": target.seed, "slice_us": slice_us, "cgroup": "simulated"})  # fmt: skip
+    doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
+           "status": "ok", "meta": meta, "cases": cases}  # fmt: skip
+    return results.write(out_dir / f"{sc.name}-{target.label}.json", doc)

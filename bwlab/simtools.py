@@ -1,0 +1,238 @@
+"""What the simulator is for beyond single runs: validation against lab results, sweeps over
+the bandwidth parameters, and a Fig. 4-style explanation of a short window."""
+
+from __future__ import annotations
+
+import csv
+import dataclasses
+import itertools
+import json
+import statistics
+from pathlib import Path
+from typing import Any
+
+from bwlab import policies, results, scenario, sim
+from bwlab.errors import BwlabError
+from bwlab.scenario import RunSpec
+
+VALIDATED = ("table2", "slice", "rewrite-storm")
+
+
+def within(lab: float, model: float) -> bool:
+    """The issue's tolerance: +/-20 % relative, or +/-3 points where the lab ratio is < 15 %."""
+    if lab < 15.0:
+        return abs(model - lab) <= 3.0
+    return abs(model - lab) <= 0.2 * lab
+
+
+def _mean_sd(values: list[float]) -> tuple[float, float]:
+    if not values:
+        return float("nan"), float("nan")
+    return statistics.fmean(values), statistics.pstdev(values) if len(values) > 1 else 0.0
+
+
+def _throttled(reps: list[dict[str, Any]]) -> list[float]:
+    return [float(r["metrics"]["throttled_pct"]) for r in reps
+            if "metrics" in r and r["metrics"].get("throttled_pct") is not None]  # fmt: skip
+
+
+def lab_target(doc: dict[str, Any], reps_seed: int, jitter_us: dict[str, int]) -> sim.SimTarget:
+    """The simulated machine matching a lab result file's machine and kernel policy."""
+    meta = doc["meta"]
+    policy = meta.get("policy") or "mainline"
+    if policy not in policies.POLICIES:
+        raise BwlabError(f"{meta.get('label')}: policy {policy!r} unknown to the simulator")
+    return sim.SimTarget(ncpu=int(meta.get("vcpus") or 2), hz=int(meta.get("hz") or 250), policy=policy,
+                         seed=reps_seed, jitter_us=jitter_us.get(meta["target"], 0))  # fmt: skip
+
+
+def validate(lab_dir: Path, out_dir: Path, reps: int = 20,
+             jitter_us: dict[str, int] | None = None) -> tuple[list[dict[str, Any]], Path]:  # fmt: skip
+    """Every lab result of the validated scenarios against the simulator; rows + report path."""
+    docs = [d for d in results.load_dir(lab_dir)
+            if d["scenario"] in VALIDATED and d["meta"].get("target") in ("host", "guest")]  # fmt: skip
+    if not docs:
+        raise BwlabError(f"{lab_dir}: no host or guest results of {', '.join(VALIDATED)} to validate against")
+    rows: list[dict[str, Any]] = []
+    for doc in docs:
+        target = lab_target(doc, 0, jitter_us or {})
+        sc = scenario.load(scenario.find(doc["scenario"]), {"repetitions": reps})
+        specs = {s.case: s for s in sc.resolve(target.ncpu)}
+        wanted = [c for c in doc["cases"] if c["case"] in specs and _throttled(c["reps"])]
+        sims = sim.run_specs([specs[c["case"]] for c in wanted], target)
+        for case, outs in zip(wanted, sims, strict=True):
+            spec = specs[case["case"]]
+            lab_m, lab_sd = _mean_sd(_throttled(case["reps"]))
+            sim_m, sim_sd = _mean_sd([sim.rep_metrics(spec, o)[0]["throttled_pct"] or 0.0 for o in outs])
+            if spec.quota_us is None:
+                continue
+            rows.append({"scenario": doc["scenario"], "lab": doc["meta"]["label"], "case": case["case"],
+                         "policy": target.policy, "hz": target.hz, "jitter_us": target.jitter_us,
+                         "lab_mean": lab_m, "lab_sd": lab_sd, "lab_reps": len(_throttled(case["reps"])),
+                         "sim_mean": sim_m, "sim_sd": sim_sd, "sim_reps": len(outs),
+                         "ok": within(lab_m, sim_m)})  # fmt: skip
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "validate.json").write_text(json.dumps(rows, indent=1))
+    lines = ["# Simulator vs lab: throttled periods (%)", "",
+             f"Lab results from `{lab_dir}`; simulator: {reps} seeds per point (period-timer and tick phases",
+             "drawn per seed). Tolerance: +/-20 % relative, +/-3 points where the lab mean is below 15 %.", "",
+             "| scenario | lab target | case | lab mean ±sd (n) | sim mean ±sd (n) | within |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for r in rows:
+        lines.append(f"| {r['scenario']} | {r['lab']} | {r['case']} | {r['lab_mean']:.1f} ±{r['lab_sd']:.1f} "
+                     f"({r['lab_reps']}) | {r['sim_mean']:.1f} ±{r['sim_sd']:.1f} ({r['sim_reps']}) | "
+                     f"{'yes' if r['ok'] else '**no**'} |")  # fmt: skip
+    ok = sum(r["ok"] for r in rows)
+    lines += ["", f"{ok} of {len(rows)} points within tolerance."]
+    path = out_dir / "validate.md"
+    path.write_text("\n".join(lines) + "\n")
+    return rows, path
+
+
+# ---- sweeps ------------------------------------------------------------------------------
+
+SWEEP_AXES = ("period_us", "quota_cpus", "slice_us", "hz", "burst_us", "policy")
+
+
+def sweep(spec: RunSpec, base: sim.SimTarget, axes: dict[str, list[Any]], reps: int,
+          jobs: int | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """Every combination of the axes' values, `reps` seeds each, all in parallel."""
+    for name in axes:
+        if name not in SWEEP_AXES:
+            raise BwlabError(f"sweep: unknown axis {name!r} (known: {', '.join(SWEEP_AXES)})")
+    names = list(axes)
+    combos = list(itertools.product(*(axes[n] for n in names)))
+    configs, points = [], []
+    for combo in combos:
+        point = dict(zip(names, combo, strict=True))
+        period = int(point.get("period_us", spec.period_us))
+        quota = spec.quota_us
+        if "quota_cpus" in point:
+            quota = round(float(point["quota_cpus"]) * period)
+        elif quota is not None and spec.quota_us is not None:
+            quota = round(spec.quota_us / spec.period_us * period)
+        sysctls = dict(spec.sysctls)
+        if "slice_us" in point:
+            sysctls[sim.SLICE_SYSCTL] = str(int(point["slice_us"]))
+        burst = int(point.get("burst_us", spec.burst_us))
+        if quota is not None and quota < 1000:
+            raise BwlabError(f"sweep: quota {quota} us at period {period} us is below 1 ms")
+        if burst and (quota is None or burst > quota):
+            raise BwlabError(f"sweep: burst {burst} us needs a quota of at least as much (quota {quota} us)")
+        s = dataclasses.replace(
+            spec, period_us=period, quota_us=quota, burst_us=burst, sysctls=sysctls, repetitions=reps
+        )
+        t = dataclasses.replace(base, hz=int(point.get("hz", base.hz)), policy=str(point.get("policy", base.policy)))
+        t.__post_init__()
+        for rep in range(reps):
+            configs.append(sim.config(s, t, rep, samples=True))
+        points.append((point, s))
+    outs = sim.simulate_many(configs, jobs)
+    rows = []
+    for i, (point, s) in enumerate(points):
+        ms = [sim.rep_metrics(s, o)[0] for o in outs[i * reps : (i + 1) * reps]]
+        row: dict[str, Any] = dict(point)
+        for key in ("throttled_pct", "throttled_time_pct", "usage_per_quota", "p99_us", "wakeup_p99_us",
+                    "request_p99_us", "nr_bursts"):  # fmt: skip
+            vals = [float(v) for m in ms if (v := m.get(key)) is not None]
+            if vals:
+                row[key], row[f"{key}_sd"] = _mean_sd(vals)
+        rows.append(row)
+    return rows
+
+
+def write_csv(rows: list[dict[str, Any]], path: Path) -> Path:
+    keys: list[str] = []
+    for r in rows:
+        keys += [k for k in r if k not in keys]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w", newline="") as fh:
+        w = csv.DictWriter(fh, fieldnames=keys)
+        w.writeheader()
+        w.writerows(rows)
+    return path
+
+
+# ---- explain -----------------------------------------------------------------------------
+
+
+def explain(spec: RunSpec, target: sim.SimTarget, from_ms: float, to_ms: float,
+            png: Path | None) -> tuple[list[str], dict[str, Any]]:  # fmt: skip
+    """The accounting events of one repetition in [from_ms, to_ms]: text lines and the output."""
+    if not 0 <= from_ms < to_ms:
+        raise BwlabError(f"explain: need 0 <= --from-ms < --to-ms, got {from_ms} .. {to_ms}")
+    if to_ms - from_ms > 10_000:
+        raise BwlabError("explain: a window of at most 10 s (it lists every tick)")
+    cfg = sim.config(spec, dataclasses.replace(target), 0, periods=True, events=(from_ms, to_ms))
+    cfg["duration_ns"] = max(cfg["duration_ns"], round(to_ms * 1e6) + 1)
+    out = sim.simulate_many([cfg], 1)[0]
+    ms = 1e6
+    lines = [f"{'t ms':>9} {'cpu':>4} {'event':11} {'amount':>9} {'local':>9} {'pool':>9}   (ms)"]
+    for e in out["events"]:
+        if e["group"] != 0:
+            continue
+        cpu = "-" if e["cpu"] < 0 else str(e["cpu"])
+        local = "" if e["cpu"] < 0 else f"{e['local_ns'] / ms:9.3f}"
+        amount = "" if e["kind"] == "tick" else f"{e['amount_ns'] / ms:9.3f}"
+        lines.append(f"{e['t_ns'] / ms:9.3f} {cpu:>4} {e['kind']:11} {amount:>9} {local:>9} {e['pool_ns'] / ms:9.3f}")
+    if png is not None:
+        plot_explain(out, spec, target, from_ms, to_ms, png)
+    return lines, out
+
+
+def plot_explain(out: dict[str, Any], spec: RunSpec, target: sim.SimTarget, from_ms: float, to_ms: float,
+                 png: Path) -> Path:  # fmt: skip
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    events = [e for e in out["events"] if e["group"] == 0]
+    ncpu = spec.ncpu
+    fig, axes = plt.subplots(ncpu + 1, 1, figsize=(11, 1.9 * (ncpu + 1)), sharex=True)
+    ms = 1e6
+    # global pool: its level after every event
+    pool_t = [e["t_ns"] / ms for e in events if e["kind"] != "tick"]
+    pool_v = [e["pool_ns"] / ms for e in events if e["kind"] != "tick"]
+    ax = axes[0]
+    ax.step(pool_t, pool_v, where="post", color="tab:blue")
+    for e in events:
+        if e["kind"] in ("refill", "write"):
+            ax.axvline(e["t_ns"] / ms, color="grey", lw=0.8, ls="--")
+    ax.set_ylabel("global pool\n(ms)")
+    slice_ms = int(spec.sysctls.get(sim.SLICE_SYSCTL, "5000")) / 1000
+    ax.set_title(f"{spec.scenario}/{spec.case}: period {spec.period_us / 1000:g} ms, quota "
+                 f"{(spec.quota_us or 0) / 1000:g} ms, slice {slice_ms:g} ms,"
+                 f" HZ={target.hz}, policy {target.policy} (simulated)", fontsize=9)  # fmt: skip
+    for c in range(ncpu):
+        ax = axes[c + 1]
+        mine = [e for e in events if e["cpu"] == c]
+        # the local pool between events falls at 1 ms/ms while running; events show it as charged
+        t = [e["t_ns"] / ms for e in mine if e["kind"] != "tick"]
+        v = [e["local_ns"] / ms for e in mine if e["kind"] != "tick"]
+        ax.step(t, v, where="post", color="tab:green")
+        ax.axhline(0, color="black", lw=0.6)
+        for e in mine:
+            x = e["t_ns"] / ms
+            if e["kind"] == "tick":
+                ax.axvline(x, color="lightgrey", lw=0.6, zorder=0)
+            if e["kind"] == "acquire" and e["local_ns"] - e["amount_ns"] < 0:
+                debt = (e["local_ns"] - e["amount_ns"]) / ms
+                ax.plot([x, x], [debt, 0], color="tab:orange", lw=3)
+        start = None
+        for e in mine:
+            if e["kind"] == "throttle":
+                start = e["t_ns"] / ms
+            elif e["kind"] == "unthrottle" and start is not None:
+                ax.axvspan(start, e["t_ns"] / ms, color="tab:red", alpha=0.3)
+                start = None
+        if start is not None:
+            ax.axvspan(start, to_ms, color="tab:red", alpha=0.3)
+        ax.set_ylabel(f"CPU {c} local\n(ms)")
+    axes[-1].set_xlabel("time (ms); red: throttled, orange: debt paid at an acquisition, dashed: refills")
+    axes[-1].set_xlim(from_ms, to_ms)
+    fig.tight_layout()
+    png.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(png, dpi=110)
+    plt.close(fig)
+    return png
