@@ -10,7 +10,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bwlab import kernel_build, kselftest, report, runner, scenario
+from bwlab import kernel_build, kselftest, report, runner, scenario, sim, simtools
 from bwlab.errors import BwlabError
 from bwlab.kernel_source import KernelSource
 from bwlab.paths import DEBUG_CONFIG, DEFAULT_SERIES, LOCKSTAT_CONFIG
@@ -56,12 +56,12 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     base, patch = Kernel(False), Kernel(True)
     jobs: list[Job] = []
     if host:
-        jobs += [Job("table2"), Job("rewrite-storm")] + ([] if quick else [Job("cglat")])
+        jobs += [Job("table2"), Job("rewrite-storm")] + ([] if quick else [Job("cglat"), Job("slice")])
     if not guest:
         return jobs
     jobs += [Job("table2", base), Job("rewrite-storm", base)]
     if not quick:
-        jobs.append(Job("cglat", base))
+        jobs += [Job("cglat", base), Job("slice", base)]
     if not patched:
         return jobs
     jobs += [Job("table2", patch, p) for p in (QUICK_TABLE2_POLICIES if quick else TABLE2_POLICIES)]
@@ -121,5 +121,24 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")
             console.print(f"[red]{job.describe()} failed after {time.monotonic() - start:.0f} s:[/red] {exc}")
+    simulate_and_validate(out)
     report.write_report(out)
     return failures
+
+
+SIM_POLICIES = ("mainline", "slush", "all")
+
+
+def simulate_and_validate(out: Path) -> None:
+    """The validated scenarios in the simulator (each policy), then every lab point of them
+    against the model: validate.md. A mismatch is reported, not a failure of the run."""
+    with step("simulator: table2, slice, rewrite-storm x mainline/slush/all; validate against the lab"):
+        for name in simtools.VALIDATED:
+            for policy in SIM_POLICIES:
+                sim.run_scenario(scenario.load(scenario.find(name)), sim.SimTarget(policy=policy), out)
+        try:
+            rows, path = simtools.validate(out, out)
+        except BwlabError as exc:
+            console.print(f"validate: {exc}")
+            return
+        console.print(f"validate: {sum(r['ok'] for r in rows)} of {len(rows)} lab points within tolerance ({path})")

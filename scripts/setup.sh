@@ -24,6 +24,15 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
+# The simulator (sim/) is Rust, built into bwlab._sim by maturin during the pip install.
+if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
+  export PATH="$HOME/.cargo/bin:$PATH"
+fi
+if ! command -v cargo >/dev/null 2>&1; then
+  echo "setup: the simulator needs a Rust toolchain (cargo); install it with rustup" >&2
+  exit 1
+fi
+
 PYTHON=${PYTHON:-python3}
 if ! "$PYTHON" -c 'import sys; sys.exit(sys.version_info < (3, 11))'; then
   echo "setup: bwlab needs Python >= 3.11 (found $("$PYTHON" --version 2>&1))" >&2
@@ -32,8 +41,9 @@ fi
 if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
-# Reinstall only when pyproject.toml changed since the last install.
-if [ ! -f .venv/.bwlab-installed ] || [ pyproject.toml -nt .venv/.bwlab-installed ]; then
+# Reinstall only when pyproject.toml or the simulator's sources changed since the last install.
+stale=$(find pyproject.toml sim/Cargo.toml sim/src -newer .venv/.bwlab-installed 2>/dev/null | head -1 || true)
+if [ ! -f .venv/.bwlab-installed ] || [ -n "$stale" ] || ! ls bwlab/_sim*.so >/dev/null 2>&1; then
   .venv/bin/python -m pip install -q --upgrade pip >&2
   .venv/bin/python -m pip install -q -e '.[dev]' >&2
   touch .venv/.bwlab-installed

@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
-# Set up, then run every check: ruff, mypy, the workloads' -Werror build, and pytest
-# (unit tests plus real host-cgroup and QEMU-guest integration tests).
+# Set up, then run every check: ruff, mypy, the simulator's rustfmt, clippy and cargo tests,
+# and pytest (unit tests plus real host-cgroup, QEMU-guest and simulator tests).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
 .venv/bin/ruff check bwlab tests
 .venv/bin/ruff format --check bwlab tests
 .venv/bin/mypy
+if ! command -v cargo >/dev/null 2>&1; then export PATH="$HOME/.cargo/bin:$PATH"; fi
+(cd sim && cargo fmt --check && cargo clippy --release --all-targets -q -- -D warnings \
+  && cargo clippy --release --features python -q -- -D warnings && cargo test --release -q)
 exec .venv/bin/pytest -v -ra "$@"

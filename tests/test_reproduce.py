@@ -6,7 +6,7 @@ from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
 
 def test_plan_without_series_is_the_lab() -> None:
     jobs = reproduce.plan(patched=False, host=True, guest=True, quick=False)
-    assert {j.what for j in jobs} == {"table2", "rewrite-storm", "cglat"}
+    assert {j.what for j in jobs} == {"table2", "rewrite-storm", "cglat", "slice"}
     assert all(j.kernel is None or not j.kernel.patched for j in jobs)
 
 

@@ -199,18 +199,12 @@ fn yes() -> bool {
     true
 }
 
-pub const FEATURES: [&str; 5] = [
-    "BW_UNTHROTTLE_SLICE",
-    "BW_SLUSH",
-    "BW_CLIP_SLICE",
-    "BW_EARLY_REFILL",
-    "BW_NOOP_UPDATE",
-];
+pub const FEATURES: [&str; 5] =
+    ["BW_UNTHROTTLE_SLICE", "BW_SLUSH", "BW_CLIP_SLICE", "BW_EARLY_REFILL", "BW_NOOP_UPDATE"];
 
 impl Config {
     pub fn from_json(text: &str) -> Result<Config, String> {
-        let cfg: Config =
-            serde_json::from_str(text).map_err(|e| format!("simulation config: {e}"))?;
+        let cfg: Config = serde_json::from_str(text).map_err(|e| format!("simulation config: {e}"))?;
         cfg.check()?;
         Ok(cfg)
     }
@@ -224,47 +218,28 @@ impl Config {
             return Err(format!("ncpu must be in 1..4096, got {}", self.ncpu));
         }
         if ![100, 250, 300, 1000].contains(&self.hz) {
-            return Err(format!(
-                "hz must be one of 100, 250, 300, 1000 (CONFIG_HZ), got {}",
-                self.hz
-            ));
+            return Err(format!("hz must be one of 100, 250, 300, 1000 (CONFIG_HZ), got {}", self.hz));
         }
         if self.duration_ns <= 0 {
-            return Err(format!(
-                "duration_ns must be positive, got {}",
-                self.duration_ns
-            ));
+            return Err(format!("duration_ns must be positive, got {}", self.duration_ns));
         }
         if self.slice_ns < 1_000 {
-            return Err(format!(
-                "slice_ns must be at least 1000 (1 us), got {}",
-                self.slice_ns
-            ));
+            return Err(format!("slice_ns must be at least 1000 (1 us), got {}", self.slice_ns));
         }
         if self.jitter_ns < 0 || self.jitter_ns >= self.tick_ns() {
             return Err(format!("jitter_ns must be in 0..{} (one tick), got {}", self.tick_ns(), self.jitter_ns));
         }
         if self.base_slice_ns <= 0 {
-            return Err(format!(
-                "base_slice_ns must be positive, got {}",
-                self.base_slice_ns
-            ));
+            return Err(format!("base_slice_ns must be positive, got {}", self.base_slice_ns));
         }
         if let TickPhase::Phases(p) = &self.tick {
             if p.len() != self.ncpu || p.iter().any(|&x| x < 0 || x >= self.tick_ns()) {
-                return Err(format!(
-                    "tick phases: need {} values in [0, {})",
-                    self.ncpu,
-                    self.tick_ns()
-                ));
+                return Err(format!("tick phases: need {} values in [0, {})", self.ncpu, self.tick_ns()));
             }
         }
         for f in &self.features {
             if !FEATURES.contains(&f.as_str()) {
-                return Err(format!(
-                    "unknown feature {f:?} (known: {})",
-                    FEATURES.join(", ")
-                ));
+                return Err(format!("unknown feature {f:?} (known: {})", FEATURES.join(", ")));
             }
         }
         if self.groups.is_empty() {
@@ -273,29 +248,17 @@ impl Config {
         for (i, g) in self.groups.iter().enumerate() {
             if let Some(p) = g.parent {
                 if p >= i {
-                    return Err(format!(
-                        "group {}: parent {p} must be an earlier group",
-                        g.name
-                    ));
+                    return Err(format!("group {}: parent {p} must be an earlier group", g.name));
                 }
             }
-            check_bandwidth(
-                &format!("group {}", g.name),
-                g.period_ns,
-                g.quota_ns,
-                g.burst_ns,
-            )?;
+            check_bandwidth(&format!("group {}", g.name), g.period_ns, g.quota_ns, g.burst_ns)?;
         }
         for (i, t) in self.threads.iter().enumerate() {
             if t.group >= self.groups.len() {
                 return Err(format!("thread {i}: no group {}", t.group));
             }
             if t.cpu.is_some_and(|c| c >= self.ncpu) {
-                return Err(format!(
-                    "thread {i}: cpu {} is not below ncpu {}",
-                    t.cpu.unwrap_or(0),
-                    self.ncpu
-                ));
+                return Err(format!("thread {i}: cpu {} is not below ncpu {}", t.cpu.unwrap_or(0), self.ncpu));
             }
             if t.start_ns < 0 {
                 return Err(format!("thread {i}: start_ns must not be negative"));
@@ -307,9 +270,7 @@ impl Config {
                 }
                 Behavior::Sleeper { sleep_ns, run_ns } => {
                     if *sleep_ns <= 0 || *run_ns <= 0 {
-                        return Err(format!(
-                            "thread {i}: sleeper needs positive sleep_ns and run_ns"
-                        ));
+                        return Err(format!("thread {i}: sleeper needs positive sleep_ns and run_ns"));
                     }
                 }
                 Behavior::Trace { intervals, .. } => {
@@ -317,9 +278,7 @@ impl Config {
                         return Err(format!("thread {i}: trace has no intervals"));
                     }
                     if intervals.iter().any(|&(r, s)| r < 0 || s < 0 || r + s == 0) {
-                        return Err(format!(
-                            "thread {i}: trace intervals need run, sleep >= 0, not both 0"
-                        ));
+                        return Err(format!("thread {i}: trace intervals need run, sleep >= 0, not both 0"));
                     }
                 }
                 Behavior::Worker => {
@@ -332,17 +291,10 @@ impl Config {
         }
         if let Some(r) = &self.requests {
             if !(r.rate_per_s.is_finite() && r.rate_per_s > 0.0) {
-                return Err(format!(
-                    "requests: rate_per_s must be positive, got {}",
-                    r.rate_per_s
-                ));
+                return Err(format!("requests: rate_per_s must be positive, got {}", r.rate_per_s));
             }
             r.service.check("requests service")?;
-            if !self
-                .threads
-                .iter()
-                .any(|t| matches!(t.behavior, Behavior::Worker))
-            {
+            if !self.threads.iter().any(|t| matches!(t.behavior, Behavior::Worker)) {
                 return Err("requests: no worker threads".into());
             }
         }
@@ -362,9 +314,7 @@ impl Config {
 /// The limits `tg_set_cfs_bandwidth()` / `__cfs_schedulable()` enforce.
 fn check_bandwidth(what: &str, period: i64, quota: Option<i64>, burst: i64) -> Result<(), String> {
     if !(1_000_000..=1_000_000_000).contains(&period) {
-        return Err(format!(
-            "{what}: period must be in 1 ms..1 s, got {period} ns"
-        ));
+        return Err(format!("{what}: period must be in 1 ms..1 s, got {period} ns"));
     }
     if let Some(q) = quota {
         if q < 1_000_000 {
@@ -373,9 +323,7 @@ fn check_bandwidth(what: &str, period: i64, quota: Option<i64>, burst: i64) -> R
     }
     // cpu.max.burst: 0..=quota, and only with a quota
     if burst < 0 || (burst > 0 && quota.is_none_or(|q| burst > q)) {
-        return Err(format!(
-            "{what}: burst must be in 0..=quota (and needs a quota), got {burst} ns"
-        ));
+        return Err(format!("{what}: burst must be in 0..=quota (and needs a quota), got {burst} ns"));
     }
     Ok(())
 }

@@ -225,9 +225,7 @@ impl Sim {
         let mut rng = Rng::new(cfg.seed);
         let phases: Vec<i64> = match &cfg.tick {
             TickPhase::Aligned => vec![0; ncpu],
-            TickPhase::Skew => (0..ncpu as i64)
-                .map(|c| (tick_ns / 2) / ncpu as i64 * c)
-                .collect(),
+            TickPhase::Skew => (0..ncpu as i64).map(|c| (tick_ns / 2) / ncpu as i64 * c).collect(),
             TickPhase::Random => (0..ncpu).map(|_| rng.below(tick_ns)).collect(),
             TickPhase::Phases(p) => p.clone(),
         };
@@ -266,9 +264,7 @@ impl Sim {
                 refilled_early: false,
                 idle: false,
                 period_active: false,
-                expires: g
-                    .timer_expires_ns
-                    .unwrap_or_else(|| rng.below(DEFAULT_PERIOD_NS) - DEFAULT_PERIOD_NS),
+                expires: g.timer_expires_ns.unwrap_or_else(|| rng.below(DEFAULT_PERIOD_NS) - DEFAULT_PERIOD_NS),
                 timer_gen: 0,
                 slack_started: false,
                 throttled_list: VecDeque::new(),
@@ -359,11 +355,7 @@ impl Sim {
         if self.now < self.ev_from || self.now > self.ev_to {
             return;
         }
-        let local = if cpu >= 0 {
-            self.rqs[g * self.ncpu + cpu as usize].runtime_remaining
-        } else {
-            0
-        };
+        let local = if cpu >= 0 { self.rqs[g * self.ncpu + cpu as usize].runtime_remaining } else { 0 };
         self.events.push(Event {
             t_ns: self.now,
             group: g,
@@ -504,9 +496,7 @@ impl Sim {
 
     /// Is the thread running on c in group g's subtree (`cfs_rq->h_curr`)?
     fn h_curr(&self, g: usize, c: usize) -> bool {
-        self.cpus[c]
-            .curr
-            .is_some_and(|t| self.chains[self.threads[t].group].contains(&g))
+        self.cpus[c].curr.is_some_and(|t| self.chains[self.threads[t].group].contains(&g))
     }
 
     /// `throttle_cfs_rq()`: try for runtime once more, else put the cfs_rq on the list.
@@ -566,9 +556,7 @@ impl Sim {
 
     fn chain_throttled(&self, t: usize) -> bool {
         let c = self.threads[t].cpu;
-        self.chains[self.threads[t].group]
-            .iter()
-            .any(|&g| self.rqs[g * self.ncpu + c].throttled)
+        self.chains[self.threads[t].group].iter().any(|&g| self.rqs[g * self.ncpu + c].throttled)
     }
 
     /// `__return_cfs_rq_runtime()`: a cfs_rq going idle gives back all but 1 ms.
@@ -756,15 +744,8 @@ impl Sim {
 
     fn period_row(&mut self, throttled: bool) {
         let now = self.now;
-        let pending: Vec<i64> = (0..self.ncpu)
-            .map(|c| {
-                if self.h_curr(0, c) {
-                    now - self.cpus[c].exec_start
-                } else {
-                    0
-                }
-            })
-            .collect();
+        let pending: Vec<i64> =
+            (0..self.ncpu).map(|c| if self.h_curr(0, c) { now - self.cpus[c].exec_start } else { 0 }).collect();
         let cpus = (0..self.ncpu)
             .map(|c| {
                 let rq = &mut self.rqs[c];
@@ -783,13 +764,7 @@ impl Sim {
                 row
             })
             .collect();
-        self.periods.push(PeriodRow {
-            t_ns: now,
-            pool_ns: self.bws[0].runtime,
-            slush_ns: 0,
-            throttled,
-            cpus,
-        });
+        self.periods.push(PeriodRow { t_ns: now, pool_ns: self.bws[0].runtime, slush_ns: 0, throttled, cpus });
     }
 
     /// `tg_set_cfs_bandwidth()`, with BW_NOOP_UPDATE (0006) and 0005's refilled_early reset.
@@ -1033,9 +1008,7 @@ impl Sim {
             Behavior::Worker => {
                 self.requests_done += 1;
                 if self.cfg.record.samples {
-                    self.samples
-                        .request_ns
-                        .push(self.now - self.threads[t].request_arrival);
+                    self.samples.request_ns.push(self.now - self.threads[t].request_arrival);
                 }
                 if let Some((arrival, service)) = self.queue.pop_front() {
                     self.threads[t].request_arrival = arrival;
@@ -1098,9 +1071,7 @@ impl Sim {
             self.park(cur);
             self.park_throttled_queued(c);
             self.pick_next(c);
-        } else if !self.cpus[c].runq.is_empty()
-            && self.now - self.cpus[c].slice_start >= self.cfg.base_slice_ns
-        {
+        } else if !self.cpus[c].runq.is_empty() && self.now - self.cpus[c].slice_start >= self.cfg.base_slice_ns {
             self.stop(cur);
             self.threads[cur].state = State::Runnable;
             self.cpus[c].runq.push_back(cur);

@@ -38,10 +38,7 @@ pub fn run_many(configs: &[String], jobs: usize) -> Vec<Result<String, String>> 
             });
         }
     });
-    results
-        .into_iter()
-        .map(|r| r.unwrap_or_else(|| Err("not run".into())))
-        .collect()
+    results.into_iter().map(|r| r.unwrap_or_else(|| Err("not run".into()))).collect()
 }
 
 #[cfg(feature = "python")]
@@ -52,18 +49,14 @@ mod python {
     /// run(config_json) -> result_json; ValueError with a one-line message on bad input.
     #[pyfunction]
     fn run(py: Python<'_>, config: String) -> PyResult<String> {
-        py.allow_threads(|| super::run_json(&config))
-            .map_err(PyValueError::new_err)
+        py.allow_threads(|| super::run_json(&config)).map_err(PyValueError::new_err)
     }
 
     /// run_many(configs, jobs) -> [result_json]; simulations run in parallel without the GIL.
     #[pyfunction]
     fn run_many(py: Python<'_>, configs: Vec<String>, jobs: usize) -> PyResult<Vec<String>> {
         let results = py.allow_threads(|| super::run_many(&configs, jobs));
-        results
-            .into_iter()
-            .collect::<Result<Vec<_>, _>>()
-            .map_err(PyValueError::new_err)
+        results.into_iter().collect::<Result<Vec<_>, _>>().map_err(PyValueError::new_err)
     }
 
     #[pymodule]

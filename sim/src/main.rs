@@ -6,9 +6,8 @@ use std::time::Instant;
 
 fn bench() -> Result<(), String> {
     for (ncpu, hz, secs) in [(2usize, 250u32, 3600i64), (64, 1000, 3600)] {
-        let threads: Vec<String> = (0..ncpu)
-            .map(|c| format!(r#"{{"group":0,"cpu":{c},"behavior":{{"type":"cpu"}}}}"#))
-            .collect();
+        let threads: Vec<String> =
+            (0..ncpu).map(|c| format!(r#"{{"group":0,"cpu":{c},"behavior":{{"type":"cpu"}}}}"#)).collect();
         let cfg = format!(
             r#"{{"ncpu":{ncpu},"hz":{hz},"duration_ns":{},"tick":"random","groups":[{{"name":"g","period_ns":100000000,"quota_ns":{}}}],"threads":[{}],"record":{{"samples":false}}}}"#,
             secs * 1_000_000_000,
@@ -16,8 +15,7 @@ fn bench() -> Result<(), String> {
             threads.join(",")
         );
         let start = Instant::now();
-        let out: serde_json::Value =
-            serde_json::from_str(&bwlab_sim::run_json(&cfg)?).map_err(|e| e.to_string())?;
+        let out: serde_json::Value = serde_json::from_str(&bwlab_sim::run_json(&cfg)?).map_err(|e| e.to_string())?;
         let el = start.elapsed().as_secs_f64();
         let ticks = out["ticks"].as_f64().unwrap_or(0.0);
         println!(

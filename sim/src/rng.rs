@@ -73,10 +73,7 @@ mod tests {
         assert!((u - 200.0).abs() < 2.0, "uniform mean {u}");
         // log-normal: mean = median * exp(sigma^2 / 2)
         let l = mean(&mut r, Dist::Lognormal(1000.0, 0.5));
-        assert!(
-            (l - 1000.0 * (0.125f64).exp()).abs() < 15.0,
-            "lognormal mean {l}"
-        );
+        assert!((l - 1000.0 * (0.125f64).exp()).abs() < 15.0, "lognormal mean {l}");
         assert_eq!(r.draw(&Dist::Fixed(42.0)), 42);
     }
 }

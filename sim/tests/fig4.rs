@@ -20,11 +20,7 @@ fn fig4(features: &[&str]) -> (Vec<Event>, bwlab_sim::Output) {
             "record":{{"events_from_ns":{},"events_to_ns":{}, "periods": true}}}}"#,
         44 * MS,
         5 * MS,
-        features
-            .iter()
-            .map(|f| format!("\"{f}\""))
-            .collect::<Vec<_>>()
-            .join(","),
+        features.iter().map(|f| format!("\"{f}\"")).collect::<Vec<_>>().join(","),
         10 * MS,
         10 * MS,
         4 * MS,
@@ -53,15 +49,7 @@ fn summary(events: &[Event]) -> Vec<(f64, &'static str, f64, f64, f64)> {
     // global events (cpu -1) have no local pool
     events
         .iter()
-        .map(|e| {
-            (
-                ms(e.t_ns),
-                e.kind,
-                ms(e.amount_ns),
-                if e.cpu < 0 { 0.0 } else { ms(e.local_ns) },
-                ms(e.pool_ns),
-            )
-        })
+        .map(|e| (ms(e.t_ns), e.kind, ms(e.amount_ns), if e.cpu < 0 { 0.0 } else { ms(e.local_ns) }, ms(e.pool_ns)))
         .collect()
 }
 

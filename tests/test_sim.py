@@ -1,0 +1,250 @@
+"""The simulator target: the Rust model through bwlab._sim, scenarios, explain, sweep, validate."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from bwlab import scenario, sim, simtools
+from bwlab.errors import BwlabError
+
+from conftest import bwlab
+
+MS = 1_000_000
+
+
+def fig4_config(features: list[str]) -> dict[str, object]:
+    # the figure's t=0 is t=4 ms here: a tick and a period boundary (see sim/tests/fig4.rs)
+    return {"ncpu": 1, "hz": 250, "duration_ns": 44 * MS, "slice_ns": 5 * MS, "tick": {"phases": [0]},
+            "features": features,
+            "groups": [{"name": "g", "period_ns": 10 * MS, "quota_ns": 10 * MS, "timer_expires_ns": 4 * MS,
+                        "initial_local_ns": MS}],
+            "threads": [{"group": 0, "cpu": 0, "start_ns": 3 * MS, "behavior": {"type": "cpu"}}],
+            "record": {"events_from_ns": 4 * MS, "events_to_ns": 40 * MS}}  # fmt: skip
+
+
+def test_fig4_through_python() -> None:
+    out = sim.simulate_many([fig4_config([]), fig4_config(["BW_SLUSH"])])
+    mainline, slush = out
+    acquires = [e for e in mainline["events"] if e["kind"] == "acquire"]
+    debts = [
+        (e["t_ns"] - 4 * MS) // MS for e in acquires if e["local_ns"] - e["amount_ns"] < 0 and e["t_ns"] <= 32 * MS
+    ]
+    assert debts == [8, 12, 20, 28]  # figure times of the four debts
+    throttles = [(e["t_ns"] - 4 * MS) / MS for e in mainline["events"] if e["kind"] in ("throttle", "unthrottle")][:2]
+    assert throttles == [28.0, 30.0]  # the 2 ms throttle in the third period
+    assert mainline["groups"][0]["nr_throttled"] == 1
+    assert slush["groups"][0]["nr_throttled"] == 0
+    assert any(e["kind"] == "slush" and e["amount_ns"] == 3 * MS for e in slush["events"])
+
+
+def test_bad_config_is_a_value_error_with_one_line() -> None:
+    cfg = fig4_config([])
+    cfg["hz"] = 123
+    with pytest.raises(BwlabError, match=r"hz must be one of"):
+        sim.simulate_many([cfg])
+    cfg = fig4_config(["BW_NOPE"])
+    with pytest.raises(BwlabError, match=r"unknown feature"):
+        sim.simulate_many([cfg])
+
+
+def _throttled(name: str, policy: str, case: str, reps: int = 8, duration: float = 5) -> list[float]:
+    sc = scenario.load(scenario.find(name), {"repetitions": reps, "duration_s": duration})
+    spec = next(s for s in sc.resolve(2) if s.case == case)
+    outs = sim.run_specs([spec], sim.SimTarget(policy=policy))[0]
+    return [float(sim.rep_metrics(spec, o)[0]["throttled_pct"] or 0) for o in outs]
+
+
+def test_table2_policies_in_the_model() -> None:
+    mainline = statistics.fmean(_throttled("table2", "mainline", "10ms"))
+    slush = statistics.fmean(_throttled("table2", "slush", "10ms"))
+    every = statistics.fmean(_throttled("table2", "all", "10ms"))
+    assert mainline > 40.0
+    assert slush < mainline / 2
+    assert every < 3.0
+
+
+def test_rewrites_give_extra_runtime_unless_noop() -> None:
+    sc = scenario.load(scenario.find("rewrite-storm"), {"repetitions": 3, "duration_s": 5})
+    spec = next(s for s in sc.resolve(2) if s.case == "demand=2xquota-rewrite=on")
+    for policy, lo, hi in (("mainline", 1.03, 2.0), ("noop-update", 0.98, 1.005)):
+        outs = sim.run_specs([spec], sim.SimTarget(policy=policy))[0]
+        usage = [sim.rep_metrics(spec, o)[0]["usage_per_quota"] for o in outs]
+        assert all(u is not None and lo <= u <= hi for u in usage), (policy, usage)
+
+
+def _scenario(tmp_path: Path, text: str, name: str = "s.toml") -> Path:
+    path = tmp_path / name
+    path.write_text(text)
+    return path
+
+
+def test_burst_counts_only_with_burst(tmp_path: Path) -> None:
+    text = """name = "b"
+repetitions = 2
+duration_s = 5
+[cgroup]
+period_us = 100000
+quota_cpus = 1.4
+[workload]
+kind = "onoff"
+threads = 2
+on_us = 20000
+off_us = 12000
+dist = "exp"
+[matrix]
+"cgroup.burst_us" = [0, 100000]
+"""
+    sc = scenario.load(_scenario(tmp_path, text))
+    specs = sc.resolve(2)
+    outs = sim.run_specs(specs, sim.SimTarget())
+    bursts = {
+        s.case: [sim.rep_metrics(s, o)[0]["nr_bursts"] for o in reps] for s, reps in zip(specs, outs, strict=True)
+    }
+    assert all(b == 0 for b in bursts["burst_us=0"])
+    assert all(b is not None and b > 0 for b in bursts["burst_us=100000"])
+
+
+def test_requests_workload_reports_latency(tmp_path: Path) -> None:
+    text = """name = "r"
+repetitions = 1
+duration_s = 5
+[cgroup]
+period_us = 100000
+quota_cpus = 1
+[workload]
+kind = "requests"
+workers = 4
+rps = 500
+service_us = 1000
+dist = "lognormal"
+"""
+    sc = scenario.load(_scenario(tmp_path, text))
+    spec = sc.resolve(2)[0]
+    m = sim.rep_metrics(spec, sim.run_specs([spec], sim.SimTarget())[0][0])[0]
+    assert m["rps_achieved"] is not None and 400 < m["rps_achieved"] < 600
+    assert m["request_p99_us"] is not None and m["request_p50_us"] is not None
+    assert m["request_p99_us"] >= m["request_p50_us"] >= 0
+    assert m["wakeup_p99_us"] is not None
+
+
+def test_trace_replay_and_trace_errors(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text("".join(json.dumps({"thread": i % 2, "run_us": 3000, "sleep_us": 1000}) + "\n" for i in range(8)))
+    text = f"""name = "tr"
+repetitions = 1
+duration_s = 2
+[cgroup]
+period_us = 10000
+quota_cpus = 1
+[workload]
+kind = "trace"
+file = "{trace.name}"
+repeat = true
+"""
+    path = _scenario(tmp_path, text)
+    proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "out" / "tr-sim-mainline.json").read_text())
+    m = doc["cases"][0]["reps"][0]["metrics"]
+    # two threads, 75 % busy each, limited to one CPU
+    assert 0.9 <= m["cpus_used"] <= 1.01
+    assert m["throttled_pct"] > 0
+    trace.write_text('{"run_us": 10}\n{"run_us": -1, "sleep_us": 5}\n')
+    proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == [f"bwlab: error: {trace}:2: run_us must be a number of microseconds"
+                                                " >= 0, got -1"]  # fmt: skip
+    trace.write_text('{"run_us": 10, "cpu": 3}\n')
+    with pytest.raises(BwlabError, match=r"t.jsonl:1: unknown field 'cpu'"):
+        sim.read_trace(trace)
+    trace.write_text("not json\n")
+    with pytest.raises(BwlabError, match=r"t.jsonl:1: not a JSON object"):
+        sim.read_trace(trace)
+
+
+def test_sim_only_kinds_and_unmodelled_workloads_are_clear_errors(tmp_path: Path) -> None:
+    text = """name = "x"
+[cgroup]
+quota_cpus = 1
+[workload]
+kind = "onoff"
+on_us = 100
+off_us = 100
+"""
+    proc = bwlab("run", str(_scenario(tmp_path, text)), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 1
+    assert "runs only in the simulator" in proc.stderr
+    text = """name = "y"
+[cgroup]
+quota_cpus = 1
+[workload]
+kind = "hackbench"
+"""
+    proc = bwlab("run", str(_scenario(tmp_path, text, "y.toml")), "--target", "sim", "--out", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["bwlab: error: workload kind 'hackbench' is not modelled by the "
+                                                "simulator (scenario y)"]  # fmt: skip
+    text = text.replace('kind = "hackbench"', 'kind = "onoff"\ndist = "pareto"')
+    proc = bwlab("run", str(_scenario(tmp_path, text, "z.toml")), "--target", "sim", "--out", str(tmp_path))
+    assert proc.returncode == 1
+    assert "z.toml:6: [workload] dist must be one of" in proc.stderr
+
+
+def test_explain_writes_text_and_png(tmp_path: Path) -> None:
+    png = tmp_path / "e.png"
+    proc = bwlab("sim", "explain", "table2", "--case", "10ms", "--to-ms", "60", "--out", str(png))
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert any(" acquire " in line for line in lines)
+    assert any(" refill " in line for line in lines)
+    assert png.stat().st_size > 10_000
+    proc = bwlab("sim", "explain", "table2", "--case", "nope")
+    assert proc.returncode == 1 and "has no case 'nope'" in proc.stderr
+
+
+def test_sweep_csv(tmp_path: Path) -> None:
+    out = tmp_path / "s.csv"
+    proc = bwlab("sim", "sweep", "table2", "--case", "10ms", "--slice-us", "1000,20000", "--policies", "mainline,all",
+                 "--reps", "3", "--duration", "3", "--out", str(out))  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    rows = out.read_text().splitlines()
+    assert rows[0].startswith("slice_us,policy,throttled_pct")
+    assert len(rows) == 5
+    proc = bwlab("sim", "sweep", "table2", "--hz", "123", "--reps", "1")
+    assert proc.returncode == 1 and "--hz must be" in proc.stderr
+
+
+def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
+    # a "lab" result that is the simulator itself (same seeds) must validate; doubled, it must not
+    lab = tmp_path / "lab"
+    proc = bwlab("run", "table2", "--target", "sim", "--reps", "20", "--duration", "3", "--out", str(lab))
+    assert proc.returncode == 0, proc.stderr
+    path = lab / "table2-sim-mainline.json"
+    doc = json.loads(path.read_text())
+    doc["meta"]["target"], doc["meta"]["label"] = "guest", "guest-baseline"
+    path.unlink()
+    (lab / "report.md").unlink()
+    (lab / "table2-guest-baseline.json").write_text(json.dumps(doc))
+    rows, _ = simtools.validate(lab, tmp_path / "v", reps=20)
+    # the validation runs the scenario's own duration (10 s); the 3 s lab is close, not equal
+    assert {r["case"] for r in rows} == {"100ms", "50ms", "10ms"}
+    assert rows[-1]["ok"] and rows[-2]["ok"]
+    for case in doc["cases"]:
+        for rep in case["reps"]:
+            if rep["metrics"].get("throttled_pct") is not None:
+                rep["metrics"]["throttled_pct"] = 99.0
+    (lab / "table2-guest-baseline.json").write_text(json.dumps(doc))
+    proc = bwlab("validate", "--results", str(lab), "--out", str(tmp_path / "v"), "--reps", "5")
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines()[-1].startswith("bwlab: error: 3 of 3 points outside the tolerance")
+    assert "| table2 | guest-baseline | 10ms |" in (tmp_path / "v" / "validate.md").read_text()
+
+
+def test_tolerance() -> None:
+    assert simtools.within(50.0, 59.9) and not simtools.within(50.0, 60.1)
+    assert simtools.within(10.0, 12.9) and not simtools.within(10.0, 13.1)
+    assert simtools.within(0.0, 3.0) and not simtools.within(0.0, 3.5)
