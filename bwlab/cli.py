@@ -155,8 +155,12 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
+    latency: tuple[int, ...] = ()
+    if args.timer_latency:
+        latency = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
     return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
-                         seed=args.seed, jitter_us=args.jitter_us)  # fmt: skip
+                         seed=args.seed, jitter_us=args.jitter_us, latency_ns=latency,
+                         latency_source=args.timer_latency or "")  # fmt: skip
 
 
 def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
@@ -165,15 +169,16 @@ def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     p.add_argument("--tick", choices=sim.TICK_MODES, default="aligned",
                    help="sim: phase of the CPUs' ticks (default aligned, the kernel's skew_tick=0)")  # fmt: skip
     p.add_argument("--jitter-us", type=int, default=0, help="sim: ticks and timers run up to this late (default 0)")
+    p.add_argument("--timer-latency", metavar="RESULT",
+                   help="sim: a timerlat result file; ticks and timers run late by its measured latencies")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
 
 
 def cmd_validate(args: argparse.Namespace) -> int:
     lab = Path(args.results)
     out = Path(args.out) if args.out else lab
-    jitter = {"guest": args.guest_jitter_us, "host": args.host_jitter_us}
     with console.status("simulating every lab point"):
-        rows, path = simtools.validate(lab, out, args.reps, jitter)
+        rows, path = simtools.validate(lab, out, args.reps, use_latency=not args.no_timer_latency)
     table = Table(title="throttled periods %: lab vs simulator")
     for col in ("scenario", "lab target", "case", "lab", "sim", "within"):
         table.add_column(col)
@@ -386,8 +391,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--results", default="results", metavar="DIR", help="lab result files (default results/)")
     p.add_argument("--out", metavar="DIR", help="where validate.md/.json go (default: the results directory)")
     p.add_argument("--reps", type=int, default=20, help="simulated seeds per point (default 20)")
-    p.add_argument("--guest-jitter-us", type=int, default=0, help="interrupt latency modelled for guests (default 0)")
-    p.add_argument("--host-jitter-us", type=int, default=0, help="interrupt latency modelled for the host (default 0)")
+    p.add_argument("--no-timer-latency", action="store_true",
+                   help="ignore timerlat results: ticks and timers exactly on time")  # fmt: skip
     p.set_defaults(func=cmd_validate)
 
     simp = sub.add_parser("sim", help="the simulator: explain a window, sweep parameters")

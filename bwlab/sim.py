@@ -25,6 +25,25 @@ SLICE_SYSCTL = "kernel.sched_cfs_bandwidth_slice_us"
 SLEEPER_RUN_NS = 2_000  # cglat's sleeper: a clock read and a loop test per wakeup
 
 
+TIMER_SLACK_US = 50  # a normal task's nanosleep may end this late by design (timer_slack_ns)
+
+
+def timer_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
+    """Timer latencies (ns) from a `timerlat` result: how much later than asked, beyond the
+    sleeper's timer slack, its 1 ms sleeps ended while every CPU was busy."""
+    if doc.get("scenario") != "timerlat":
+        raise BwlabError(f"{where}: not a timerlat result (scenario {doc.get('scenario')!r})")
+    out: list[int] = []
+    for case in doc["cases"]:
+        argv = case["settings"]["workload"]
+        sleep_us = int(argv[argv.index("-s") + 1]) if "-s" in argv else 10000
+        for rep in case["reps"]:
+            out += [max(0, s - sleep_us - TIMER_SLACK_US) * 1000 for s in rep.get("samples_us", [])]
+    if not out:
+        raise BwlabError(f"{where}: the timerlat result has no samples")
+    return tuple(out)
+
+
 def _module() -> Any:
     try:
         from bwlab import _sim  # type: ignore[attr-defined]
@@ -45,6 +64,9 @@ class SimTarget:
     tick: str = "aligned"
     seed: int = 0
     jitter_us: int = 0
+    # measured timer latencies (ns) the ticks and timers are delayed by (see timer_latency())
+    latency_ns: tuple[int, ...] = ()
+    latency_source: str = ""
 
     def __post_init__(self) -> None:
         if not 1 <= self.ncpu <= 4096:
@@ -162,7 +184,7 @@ def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
     doc: dict[str, Any] = {
         "ncpu": ncpu, "hz": target.hz, "duration_ns": round(spec.duration_s * 1e9),
         "seed": target.seed * 1_000_003 + rep, "slice_ns": slice_us * 1000, "tick": target.tick,
-        "jitter_ns": target.jitter_us * 1000,
+        "jitter_ns": target.jitter_us * 1000, "latency_ns": list(target.latency_ns),
         "features": list(policies.POLICIES[target.policy]), "groups": [group], "threads": threads,
         "writes": writes, "record": record,
     }  # fmt: skip
@@ -249,7 +271,9 @@ def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | Non
         cases.append({"case": spec.case, "params": spec.params, "settings": spec.settings(), "reps": reps})
     meta = results.base_meta("sim", target.label)
     slice_us = int(specs[0].sysctls.get(SLICE_SYSCTL, "5000")) if specs else 5000
-    meta.update({"policy": target.policy, "sched_features": {f: f in policies.POLICIES[target.policy]
+    meta.update({"timer_latency": target.latency_source or (f"uniform 0..{target.jitter_us} us" if target.jitter_us
+                                                             else "none"),
+                 "policy": target.policy, "sched_features": {f: f in policies.POLICIES[target.policy]
                                                               for f in policies.FEATURES},
                  "source_version": "7.3 (model)", "hz": target.hz, "vcpus": target.ncpu, "tick": target.tick,
                  "seed": target.seed, "slice_us": slice_us, "cgroup": "simulated"})  # fmt: skip

@@ -28,6 +28,10 @@ pub struct Config {
     /// 0 on real hardware to within microseconds; large under emulation (QEMU TCG).
     #[serde(default)]
     pub jitter_ns: i64,
+    /// Measured interrupt latencies (ns): when given, every tick and timer callback runs late
+    /// by one of these, drawn at random (instead of `jitter_ns`).
+    #[serde(default)]
+    pub latency_ns: Vec<i64>,
     /// The kernel series' sched_feat switches that are on ("BW_SLUSH", ...).
     #[serde(default)]
     pub features: Vec<String>,
@@ -228,6 +232,9 @@ impl Config {
         }
         if self.jitter_ns < 0 || self.jitter_ns >= self.tick_ns() {
             return Err(format!("jitter_ns must be in 0..{} (one tick), got {}", self.tick_ns(), self.jitter_ns));
+        }
+        if self.latency_ns.iter().any(|&l| !(0..1_000_000_000).contains(&l)) {
+            return Err("latency_ns: every sample must be in 0..1 s".into());
         }
         if self.base_slice_ns <= 0 {
             return Err(format!("base_slice_ns must be positive, got {}", self.base_slice_ns));

@@ -334,7 +334,11 @@ impl Sim {
 
     /// A timer callback's run time: its expiry plus the interrupt latency.
     fn late(&mut self, t: i64) -> i64 {
-        if self.cfg.jitter_ns > 0 {
+        let n = self.cfg.latency_ns.len();
+        if n > 0 {
+            let i = self.rng.below(n as i64) as usize;
+            t + self.cfg.latency_ns[i]
+        } else if self.cfg.jitter_ns > 0 {
             t + self.rng.below(self.cfg.jitter_ns)
         } else {
             t
@@ -1107,7 +1111,7 @@ impl Sim {
         if self.cfg.requests.is_some() {
             self.push(0, Ev::Arrival);
         }
-        let jitter = self.cfg.jitter_ns > 0;
+        let jitter = self.cfg.jitter_ns > 0 || !self.cfg.latency_ns.is_empty();
         if jitter {
             // late ticks may overtake each other: they go through the heap
             for i in 0..self.tick_cpu.len() {
@@ -1138,7 +1142,11 @@ impl Sim {
                     Ev::Arrival => self.arrival(),
                     Ev::Tick(c, nominal) => {
                         self.tick(c);
-                        let next = nominal + self.tick_ns;
+                        // tick_sched_timer() forwards past ticks it was too late for
+                        let mut next = nominal + self.tick_ns;
+                        while next <= self.now {
+                            next += self.tick_ns;
+                        }
                         let t = self.late(next);
                         self.push(t, Ev::Tick(c, next));
                     }
