@@ -52,14 +52,16 @@ class Job:
 def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     """The evaluation: lab scenarios on host and baseline guest, the series' scenarios on
     baseline and patched guests (HZ=250 and 1000), overhead on lock-statistics kernels,
-    stress on a debug kernel. `quick` keeps table2, rewrite-storm and the kselftest."""
+    stress on a debug kernel. `quick` keeps timerlat, table2, rewrite-storm and the kselftest."""
     base, patch = Kernel(False), Kernel(True)
     jobs: list[Job] = []
+    # timerlat: the machine's timer latency under load, which the simulator replays (validate)
     if host:
-        jobs += [Job("table2"), Job("rewrite-storm")] + ([] if quick else [Job("cglat"), Job("slice")])
+        jobs += [Job("timerlat"), Job("table2"), Job("rewrite-storm")]
+        jobs += [] if quick else [Job("cglat"), Job("slice")]
     if not guest:
         return jobs
-    jobs += [Job("table2", base), Job("rewrite-storm", base)]
+    jobs += [Job("timerlat", base), Job("table2", base), Job("rewrite-storm", base)]
     if not quick:
         jobs += [Job("cglat", base), Job("slice", base)]
     if not patched:
@@ -70,7 +72,8 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
         return jobs
     jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all")]
     base1000, patch1000 = Kernel(False, 1000), Kernel(True, 1000)
-    jobs += [Job("table2", base1000), Job("table2", patch1000, "slush"), Job("table2", patch1000, "all"),
+    jobs += [Job("timerlat", base1000), Job("table2", base1000), Job("table2", patch1000, "slush"),
+             Job("table2", patch1000, "all"),
              Job("kselftest", base1000), Job("kselftest", patch1000)]  # fmt: skip
     lockstat = (LOCKSTAT_CONFIG,)
     jobs += [Job("overhead", Kernel(False, 250, lockstat)), Job("overhead", Kernel(True, 250, lockstat), "all"),

@@ -129,3 +129,19 @@ def test_group_remove_handles_nested_groups_with_tasks() -> None:
     finally:
         if sleeper.poll() is None:
             sleeper.kill()
+
+
+def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
+    """The lab on the real host kernel, then the simulator against it (bwlab validate)."""
+    lab = tmp_path / "lab"
+    for scenario in ("timerlat", "table2"):
+        proc = bwlab("run", scenario, "--target", "host", "--reps", "2", "--duration", "4", "--out", str(lab))
+        assert proc.returncode == 0, proc.stderr
+    proc = bwlab("validate", "--results", str(lab), "--reps", "10")
+    assert proc.returncode in (0, 1), proc.stderr
+    rows = {r["case"]: r for r in json.loads((lab / "validate.json").read_text())}
+    assert set(rows) == {"100ms", "50ms", "10ms"}
+    assert all(r["timer_latency"] == "timerlat-host" and r["lab_reps"] == 2 for r in rows.values())
+    # at a 10 ms period, demand = quota is throttled about every other period, here and in the model
+    assert rows["10ms"]["lab_mean"] > 25 and rows["10ms"]["sim_mean"] > 40
+    assert "| table2 | host | 10ms |" in (lab / "validate.md").read_text()

@@ -248,3 +248,33 @@ def test_tolerance() -> None:
     assert simtools.within(50.0, 59.9) and not simtools.within(50.0, 60.1)
     assert simtools.within(10.0, 12.9) and not simtools.within(10.0, 13.1)
     assert simtools.within(0.0, 3.0) and not simtools.within(0.0, 3.5)
+
+
+def _timerlat_doc(label: str, target: str, hz: int, samples: list[int]) -> dict[str, object]:
+    return {"scenario": "timerlat", "meta": {"label": label, "target": target, "hz": hz},
+            "cases": [{"settings": {"workload": ["cglat", "-b", "2", "-s", "1000", "-d", "10"]},
+                       "reps": [{"samples_us": samples}]}]}  # fmt: skip
+
+
+def test_timer_latency_from_a_timerlat_result() -> None:
+    doc = _timerlat_doc("guest-baseline", "guest", 250, [1040, 1065, 1200, 4000])
+    # beyond the 1 ms asked for and the 50 us timer slack, in ns, never negative
+    assert sim.timer_latency(doc, "x") == (0, 15_000, 150_000, 2_950_000)
+    with pytest.raises(BwlabError, match=r"x: not a timerlat result"):
+        sim.timer_latency({"scenario": "table2"}, "x")
+    with pytest.raises(BwlabError, match=r"x: the timerlat result has no samples"):
+        sim.timer_latency(_timerlat_doc("host", "host", 250, []), "x")
+
+
+def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
+    lats = [_timerlat_doc("host", "host", 250, [1100]), _timerlat_doc("guest-baseline", "guest", 250, [1100]),
+            _timerlat_doc("guest-baseline-hz1000", "guest", 1000, [1100])]  # fmt: skip
+
+    def pick(label: str, target: str, hz: int) -> object:
+        found = simtools.latency_for({"meta": {"label": label, "target": target, "hz": hz}}, lats)
+        return None if found is None else found["meta"]["label"]  # type: ignore[index]
+
+    assert pick("guest-patched-all", "guest", 250) == "guest-baseline"
+    assert pick("guest-patched-slush-hz1000", "guest", 1000) == "guest-baseline-hz1000"
+    assert pick("host", "host", 250) == "host"
+    assert pick("guest-baseline-hz300", "guest", 300) is None
