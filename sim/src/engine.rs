@@ -30,6 +30,10 @@ const MIN_CFS_RQ_RUNTIME: i64 = 1_000_000;
 const MIN_BANDWIDTH_EXPIRATION: i64 = 2_000_000;
 /// fair.c: how long we wait to gather additional slack before distributing.
 const CFS_BANDWIDTH_SLACK_PERIOD: i64 = 5_000_000;
+/// With measured latencies: the run time of the timer softirq between its update_curr() and
+/// the local unthrottle, charged to the interrupted task (there is no IRQ time accounting).
+/// Its size hardly matters: it only has to exceed the 1 ns an unthrottle grants beyond the debt.
+const HANDLER_NS: i64 = 1_000;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Feat {
@@ -55,6 +59,7 @@ struct Bw {
     period_active: bool,
     expires: i64, // the period timer's expiry (kept while inactive, as the hrtimer does)
     timer_gen: u64,
+    timer_cpu: usize, // the period timer is pinned to the CPU that started it
     slack_started: bool,
     throttled_list: VecDeque<usize>, // CPUs whose cfs_rq is on throttled_cfs_rq, in order
     nr_periods: u64,
@@ -75,6 +80,7 @@ struct Rq {
     throttled_clock: Option<i64>, // set when the throttled cfs_rq has emptied
     throttled_since: Option<i64>, // for the timeline: when the current throttle began
     nr_queued: u32,               // threads of this group's subtree queued or running here
+    unthrottle_pending: bool,     // queued for an asynchronous unthrottle
     // timeline accumulators since the last period row
     row_usage: i64,
     row_throttled: i64,
@@ -106,6 +112,7 @@ struct Thread {
     sleep_start: i64,
     trace_idx: usize,
     request_arrival: i64,
+    throttle_pending: bool, // throttled, still running until it returns to user space
 }
 
 #[derive(Debug, Clone, Default)]
@@ -126,6 +133,8 @@ enum Ev {
     Done(usize, u64),
     Arrival,
     Tick(usize, i64), // with jitter: CPU, nominal time
+    ReturnToUser(usize),
+    Unthrottle(usize, usize),
 }
 
 /// Group totals, as `cpu.stat` reports them.
@@ -198,6 +207,7 @@ pub struct Sim {
     tick_cpu: Vec<usize>,
     tick_round: i64,
     tick_idx: usize,
+    tick_next: Vec<i64>, // with latencies: each CPU's next tick (nominal time)
     ticks: u64,
     heap: BinaryHeap<Reverse<(i64, u64, Ev)>>,
     seq: u64,
@@ -266,6 +276,7 @@ impl Sim {
                 period_active: false,
                 expires: g.timer_expires_ns.unwrap_or_else(|| rng.below(DEFAULT_PERIOD_NS) - DEFAULT_PERIOD_NS),
                 timer_gen: 0,
+                timer_cpu: 0,
                 slack_started: false,
                 throttled_list: VecDeque::new(),
                 nr_periods: 0,
@@ -293,6 +304,7 @@ impl Sim {
                 sleep_start: 0,
                 trace_idx: 0,
                 request_arrival: 0,
+                throttle_pending: false,
             })
             .collect();
         let (ev_from, ev_to) = match (cfg.record.events_from_ns, cfg.record.events_to_ns) {
@@ -311,6 +323,7 @@ impl Sim {
             tick_cpu: order,
             tick_round: 0,
             tick_idx: 0,
+            tick_next: phases.clone(),
             ticks: 0,
             heap: BinaryHeap::new(),
             seq: 0,
@@ -330,6 +343,10 @@ impl Sim {
             ev_to,
             cfg,
         })
+    }
+
+    fn delays(&self) -> bool {
+        self.cfg.jitter_ns > 0 || !self.cfg.latency_ns.is_empty()
     }
 
     /// A timer callback's run time: its expiry plus the interrupt latency.
@@ -414,14 +431,15 @@ impl Sim {
         (expires + interval, orun)
     }
 
-    /// `start_cfs_bandwidth()`.
-    fn start_cfs_bandwidth(&mut self, g: usize) {
+    /// `start_cfs_bandwidth()` on CPU `cpu` (the timer is pinned there).
+    fn start_cfs_bandwidth(&mut self, g: usize, cpu: usize) {
         let now = self.now;
         let b = &mut self.bws[g];
         if b.period_active {
             return;
         }
         b.period_active = true;
+        b.timer_cpu = cpu;
         b.expires = Self::forward_now(b.expires, now, b.period).0;
         b.timer_gen += 1;
         let (t, gen) = (b.expires, b.timer_gen);
@@ -476,7 +494,7 @@ impl Sim {
         self.pay_debt(g, c);
         let mut amount = target - self.rqs[g * self.ncpu + c].runtime_remaining;
         if self.bws[g].quota.is_some() {
-            self.start_cfs_bandwidth(g);
+            self.start_cfs_bandwidth(g, c);
             self.refill_overdue(g);
             let target = self.clip_to_period_end(g, target);
             let min_amount = target - self.rqs[g * self.ncpu + c].runtime_remaining;
@@ -624,8 +642,12 @@ impl Sim {
                 throttled = true;
                 break;
             }
-            if !self.rqs[g * self.ncpu + c].throttled {
+            let rq = &self.rqs[g * self.ncpu + c];
+            if !rq.throttled || rq.unthrottle_pending {
                 continue;
+            }
+            if self.h_curr(g, c) {
+                self.update_curr(c);
             }
             self.pay_debt(g, c);
             let mut runtime = -self.rqs[g * self.ncpu + c].runtime_remaining + 1;
@@ -644,7 +666,15 @@ impl Sim {
                 throttled = true;
                 break;
             }
-            self.unthrottle_cfs_rq(g, c);
+            if self.delays() {
+                // unthrottle_cfs_rq_async(): an IPI to another CPU; on this CPU at the end
+                // of the handler (__cfsb_csd_unthrottle())
+                self.rq(g, c).unthrottle_pending = true;
+                let t = if c == self.bws[g].timer_cpu { self.now + HANDLER_NS } else { self.late(self.now) };
+                self.push(t, Ev::Unthrottle(g, c));
+            } else {
+                self.unthrottle_cfs_rq(g, c);
+            }
         }
         throttled
     }
@@ -652,9 +682,14 @@ impl Sim {
     /// `unthrottle_cfs_rq()` (remote ones at once, not after an IPI).
     fn unthrottle_cfs_rq(&mut self, g: usize, c: usize) {
         let now = self.now;
+        // catch up on what a still running (throttled) task used since the last update
+        if self.h_curr(g, c) {
+            self.update_curr(c);
+        }
         {
             let rq = &self.rqs[g * self.ncpu + c];
             if rq.runtime_enabled && rq.runtime_remaining <= 0 {
+                self.log(g, c as i32, "abort", 0);
                 return;
             }
         }
@@ -679,7 +714,7 @@ impl Sim {
                 self.cpus[c].parked.push(t);
                 continue;
             }
-            self.enqueue(t);
+            self.enqueue(t, false);
         }
         if self.cpus[c].curr.is_none() {
             self.pick_next(c);
@@ -740,7 +775,8 @@ impl Sim {
         if idle {
             self.bws[g].period_active = false;
         } else {
-            let t = self.bws[g].expires;
+            self.bws[g].timer_gen += 1;
+            let (t, gen) = (self.bws[g].expires, self.bws[g].timer_gen);
             let t = self.late(t);
             self.push(t, Ev::PeriodTimer(g, gen));
         }
@@ -785,7 +821,7 @@ impl Sim {
         self.refill(g);
         self.bws[g].refilled_early = false;
         if quota.is_some() {
-            self.start_cfs_bandwidth(g);
+            self.start_cfs_bandwidth(g, 0);
         }
         self.log(g, -1, "write", quota.unwrap_or(0));
         for c in 0..self.ncpu {
@@ -802,7 +838,7 @@ impl Sim {
 
     /// Enqueue a woken (or unthrottled) thread on its CPU: `enqueue_task_fair()` with
     /// `check_enqueue_throttle()` at each level, then run it or queue it.
-    fn enqueue(&mut self, t: usize) {
+    fn enqueue(&mut self, t: usize, preempt: bool) {
         let c = self.threads[t].cpu;
         let tg = self.threads[t].group;
         for i in 0..self.chains[tg].len() {
@@ -821,6 +857,10 @@ impl Sim {
         self.threads[t].state = State::Runnable;
         if self.cpus[c].curr.is_none() {
             self.run_thread(t);
+            return;
+        }
+        if !preempt {
+            self.cpus[c].runq.push_back(t);
             return;
         }
         // wakeup preemption: the woken thread runs now, the preempted one next
@@ -850,6 +890,7 @@ impl Sim {
             th.work_left -= self.now - th.run_since;
         }
         th.gen += 1;
+        th.throttle_pending = false;
         self.cpus[c].curr = None;
     }
 
@@ -973,7 +1014,7 @@ impl Sim {
             self.threads[t].work_left = w;
         }
         self.threads[t].woke_at = Some(self.now);
-        self.enqueue(t);
+        self.enqueue(t, true);
     }
 
     /// The running thread finished its CPU burst.
@@ -1060,7 +1101,48 @@ impl Sim {
             self.threads[w].request_arrival = arrival;
             self.threads[w].work_left = service;
             self.threads[w].woke_at = Some(self.now);
-            self.enqueue(w);
+            self.enqueue(w, true);
+        }
+    }
+
+    /// A timer interrupt on CPU c, handled at `now`: `hrtimer_interrupt()` runs every timer
+    /// of that CPU that has expired by then -- ticks and the period timers pinned there --
+    /// in expiry order. A late interrupt can so run a tick and an overdue period timer
+    /// back to back, with the interrupted task still current.
+    fn timer_interrupt(&mut self, c: usize) {
+        loop {
+            let mut due: Option<(i64, Option<usize>)> = None;
+            if self.tick_next[c] <= self.now {
+                due = Some((self.tick_next[c], None));
+            }
+            for g in 0..self.bws.len() {
+                let b = &self.bws[g];
+                if b.period_active
+                    && b.timer_cpu == c
+                    && b.expires <= self.now
+                    && due.is_none_or(|(t, _)| b.expires < t)
+                {
+                    due = Some((b.expires, Some(g)));
+                }
+            }
+            match due {
+                None => return,
+                Some((_, Some(g))) => {
+                    let gen = self.bws[g].timer_gen;
+                    self.period_timer(g, gen);
+                }
+                Some((nominal, None)) => {
+                    self.tick(c);
+                    // tick_sched_timer() forwards past ticks it was too late for
+                    let mut next = nominal + self.tick_ns;
+                    while next <= self.now {
+                        next += self.tick_ns;
+                    }
+                    self.tick_next[c] = next;
+                    let t = self.late(next);
+                    self.push(t, Ev::Tick(c, next));
+                }
+            }
         }
     }
 
@@ -1069,8 +1151,22 @@ impl Sim {
         if self.now >= self.ev_from && self.now <= self.ev_to {
             self.log(0, c as i32, "tick", 0);
         }
+        self.tick_accounting(c);
+    }
+
+    /// `sched_tick()` for the fair class: account the running thread, throttle or rotate.
+    fn tick_accounting(&mut self, c: usize) {
         let Some(cur) = self.cpus[c].curr else { return };
         if self.update_curr(c) {
+            if self.delays() {
+                // 7.3 dequeues a throttled task when it returns to user space: after this
+                // interrupt and its softirq
+                if !self.threads[cur].throttle_pending {
+                    self.threads[cur].throttle_pending = true;
+                    self.push(self.now + 2 * HANDLER_NS, Ev::ReturnToUser(cur));
+                }
+                return;
+            }
             self.stop(cur);
             self.park(cur);
             self.park_throttled_queued(c);
@@ -1081,6 +1177,25 @@ impl Sim {
             self.cpus[c].runq.push_back(cur);
             self.pick_next(c);
         }
+    }
+
+    /// `throttle_cfs_rq_work()`: a throttled task that reaches user space is dequeued,
+    /// unless its hierarchy was unthrottled meanwhile.
+    fn return_to_user(&mut self, t: usize) {
+        let th = &mut self.threads[t];
+        if !th.throttle_pending {
+            return;
+        }
+        th.throttle_pending = false;
+        let c = th.cpu;
+        if th.state != State::Running || self.cpus[c].curr != Some(t) || !self.chain_throttled(t) {
+            return;
+        }
+        self.update_curr(c);
+        self.stop(t);
+        self.park(t);
+        self.park_throttled_queued(c);
+        self.pick_next(c);
     }
 
     fn write(&mut self, i: usize) {
@@ -1135,20 +1250,31 @@ impl Sim {
                 self.now = t;
                 match ev {
                     Ev::Write(i) => self.write(i),
-                    Ev::PeriodTimer(g, gen) => self.period_timer(g, gen),
+                    Ev::PeriodTimer(g, gen) => {
+                        let b = &self.bws[g];
+                        if self.delays() && gen == b.timer_gen && b.period_active {
+                            let c = b.timer_cpu;
+                            self.timer_interrupt(c);
+                        } else {
+                            self.period_timer(g, gen);
+                        }
+                    }
                     Ev::SlackTimer(g) => self.slack_timer(g),
                     Ev::Wake(th) => self.wake(th),
                     Ev::Done(th, gen) => self.burst_done(th, gen),
                     Ev::Arrival => self.arrival(),
-                    Ev::Tick(c, nominal) => {
-                        self.tick(c);
-                        // tick_sched_timer() forwards past ticks it was too late for
-                        let mut next = nominal + self.tick_ns;
-                        while next <= self.now {
-                            next += self.tick_ns;
+                    Ev::ReturnToUser(th) => self.return_to_user(th),
+                    Ev::Unthrottle(g, c) => {
+                        self.rq(g, c).unthrottle_pending = false;
+                        if self.rqs[g * self.ncpu + c].throttled {
+                            self.unthrottle_cfs_rq(g, c);
                         }
-                        let t = self.late(next);
-                        self.push(t, Ev::Tick(c, next));
+                    }
+                    Ev::Tick(c, nominal) => {
+                        // stale when an earlier interrupt on c already ran this tick
+                        if nominal == self.tick_next[c] {
+                            self.timer_interrupt(c);
+                        }
                     }
                 }
             } else {
