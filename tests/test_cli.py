@@ -72,7 +72,7 @@ def test_report_on_missing_dir(tmp_path: Path) -> None:
     assert "no such results directory" in one_line_error(bwlab("report", str(tmp_path / "none")))
 
 
-def test_validate_lists_cases() -> None:
+def test_check_lists_cases() -> None:
     proc = bwlab("check", "table2", "--ncpu", "4")
     assert proc.returncode == 0
     assert "table2/10ms" in proc.stdout and "'quota_us': 40000" in proc.stdout
