@@ -274,6 +274,10 @@ def _guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
 def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_scenario(args.scenario, args)
     out = Path(args.out) if args.out else _default_out(sc.name)
+    sim_opts = {"--tick": args.tick != "aligned", "--jitter-us": args.jitter_us != 0,
+                "--timer-latency": bool(args.timer_latency), "--seed": args.seed != 0}  # fmt: skip
+    if args.target != "sim" and any(sim_opts.values()):
+        raise BwlabError(f"{next(k for k, v in sim_opts.items() if v)} applies to --target sim only")
     if args.target == "sim":
         with console.status(f"{sc.name} in the simulator"):
             path = sim.run_scenario(sc, _sim_target(args), out)

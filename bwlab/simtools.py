@@ -145,8 +145,8 @@ def sweep(spec: RunSpec, base: sim.SimTarget, axes: dict[str, list[Any]], reps: 
         s = dataclasses.replace(
             spec, period_us=period, quota_us=quota, burst_us=burst, sysctls=sysctls, repetitions=reps
         )
+        # replace() runs SimTarget's checks on the new HZ and policy
         t = dataclasses.replace(base, hz=int(point.get("hz", base.hz)), policy=str(point.get("policy", base.policy)))
-        t.__post_init__()
         for rep in range(reps):
             configs.append(sim.config(s, t, rep, samples=True))
         points.append((point, s))

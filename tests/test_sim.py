@@ -278,3 +278,9 @@ def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
     assert pick("guest-patched-slush-hz1000", "guest", 1000) == "guest-baseline-hz1000"
     assert pick("host", "host", 250) == "host"
     assert pick("guest-baseline-hz300", "guest", 300) is None
+
+
+def test_sim_options_need_the_sim_target(tmp_path: Path) -> None:
+    proc = bwlab("run", "table2", "--target", "host", "--tick", "random", "--out", str(tmp_path))
+    assert proc.returncode == 1
+    assert proc.stderr.strip() == "bwlab: error: --tick applies to --target sim only"
