@@ -230,15 +230,17 @@ def plot_explain(out: dict[str, Any], spec: RunSpec, target: sim.SimTarget, from
     for c in range(ncpu):
         ax = axes[c + 1]
         mine = [e for e in events if e["cpu"] == c]
-        # the local pool between events falls at 1 ms/ms while running; events show it as charged
-        t = [e["t_ns"] / ms for e in mine if e["kind"] != "tick"]
-        v = [e["local_ns"] / ms for e in mine if e["kind"] != "tick"]
+        # the local pool as accounted: it changes only at ticks, acquisitions and returns
+        t = [e["t_ns"] / ms for e in mine]
+        v = [e["local_ns"] / ms for e in mine]
         ax.step(t, v, where="post", color="tab:green")
         ax.axhline(0, color="black", lw=0.6)
         for e in mine:
             x = e["t_ns"] / ms
             if e["kind"] == "tick":
                 ax.axvline(x, color="lightgrey", lw=0.6, zorder=0)
+            if e["kind"] == "abort":
+                ax.plot([x], [e["local_ns"] / ms], marker="x", color="tab:red", ms=8)
             if e["kind"] == "acquire" and e["local_ns"] - e["amount_ns"] < 0:
                 debt = (e["local_ns"] - e["amount_ns"]) / ms
                 ax.plot([x, x], [debt, 0], color="tab:orange", lw=3)
@@ -252,7 +254,8 @@ def plot_explain(out: dict[str, Any], spec: RunSpec, target: sim.SimTarget, from
         if start is not None:
             ax.axvspan(start, to_ms, color="tab:red", alpha=0.3)
         ax.set_ylabel(f"CPU {c} local\n(ms)")
-    axes[-1].set_xlabel("time (ms); red: throttled, orange: debt paid at an acquisition, dashed: refills")
+    axes[-1].set_xlabel("time (ms); red: throttled (x: unthrottle aborted), orange: debt paid at an acquisition, "
+                        "dashed: refills")  # fmt: skip
     axes[-1].set_xlim(from_ms, to_ms)
     fig.tight_layout()
     png.parent.mkdir(parents=True, exist_ok=True)

@@ -1148,10 +1148,11 @@ impl Sim {
 
     fn tick(&mut self, c: usize) {
         self.ticks += 1;
+        self.tick_accounting(c);
+        // logged after the accounting: the local pool as the tick left it
         if self.now >= self.ev_from && self.now <= self.ev_to {
             self.log(0, c as i32, "tick", 0);
         }
-        self.tick_accounting(c);
     }
 
     /// `sched_tick()` for the fair class: account the running thread, throttle or rotate.
