@@ -237,11 +237,12 @@ static void *writer(void *arg)
 				atomic_fetch_add(&n_vanished, 1);
 				continue;
 			}
-			atomic_fetch_add(&n_invalid, 1);
 			if (read_file(path, after, sizeof(after)) < 0) {
+				/* removed before its value could be checked: not counted */
 				atomic_fetch_add(&n_vanished, 1);
 				continue;
 			}
+			atomic_fetch_add(&n_invalid, 1);
 			/* kstrto*() report numbers out of range as ERANGE */
 			if ((err == -EINVAL || err == -ERANGE) && strcmp(before, after) == 0) {
 				atomic_fetch_add(&n_einval, 1);
