@@ -514,6 +514,36 @@ impl Sim {
         ok
     }
 
+    /// `assign_cfs_rq_runtime_lockless()` (0007): once a cfs_rq has been seen in this period,
+    /// take from the pool without the lock -- and so without the overdue refill, which only
+    /// the locked path does when this falls short. Without BW_EARLY_REFILL it is the same as
+    /// `__assign_cfs_rq_runtime()`, so the model takes this path only with that switch.
+    fn assign_lockless(&mut self, g: usize, c: usize, target: i64) -> bool {
+        let b = &self.bws[g];
+        if !self.feat.early_refill
+            || b.quota.is_none()
+            || !b.period_active
+            || self.rqs[g * self.ncpu + c].runtime_seq != b.period_seq
+        {
+            return false;
+        }
+        let target = self.clip_to_period_end(g, target);
+        let want = target - self.rqs[g * self.ncpu + c].runtime_remaining;
+        let b = &mut self.bws[g];
+        if b.runtime <= 0 {
+            return false;
+        }
+        let amount = b.runtime.min(want);
+        b.runtime -= amount;
+        b.idle = false;
+        let rq = self.rq(g, c);
+        rq.runtime_remaining += amount;
+        rq.row_acquired += amount;
+        let ok = rq.runtime_remaining > 0;
+        self.log(g, c as i32, "acquire", amount);
+        ok
+    }
+
     // ---- local pools -----------------------------------------------------------------
 
     /// Is the thread running on c in group g's subtree (`cfs_rq->h_curr`)?
@@ -524,7 +554,7 @@ impl Sim {
     /// `throttle_cfs_rq()`: try for runtime once more, else put the cfs_rq on the list.
     fn throttle_cfs_rq(&mut self, g: usize, c: usize, curr_on_rq: bool) -> bool {
         let target = if curr_on_rq { self.cfg.slice_ns } else { 1 };
-        if self.assign(g, c, target) {
+        if self.assign_lockless(g, c, target) || self.assign(g, c, target) {
             return false;
         }
         self.bws[g].throttled_list.push_back(c);

@@ -118,3 +118,44 @@ fn bad_input_names_the_field() {
                   "threads":[{"group":0,"cpu":4,"behavior":{"type":"cpu"}}]}"#);
     assert!(e.contains("thread 0: cpu 4 is not below ncpu 1"), "{e}");
 }
+
+#[test]
+fn an_overdue_refill_comes_after_the_old_pool_is_used() {
+    // every interrupt 2.5 ms late: the tick due at 8 ms and the period timer due at 10 ms run
+    // together at 10.5 ms, the tick first. With BW_EARLY_REFILL the lock-free path (0007)
+    // first takes what the old period left; only the locked path then refills early, and the
+    // period timer right after does not refill again.
+    let out = run(&format!(
+        r#"{{"ncpu":1,"hz":250,"duration_ns":{},"slice_ns":{},"tick":{{"phases":[0]}},"latency_ns":[{}],
+          "features":["BW_EARLY_REFILL"],
+          "groups":[{{"name":"g","period_ns":{},"quota_ns":{},"timer_expires_ns":{}}}],
+          "threads":[{{"group":0,"cpu":0,"behavior":{{"type":"cpu"}}}}],
+          "record":{{"events_from_ns":{},"events_to_ns":{}}}}}"#,
+        40 * MS,
+        MS,
+        2 * MS + MS / 2,
+        10 * MS,
+        10 * MS,
+        10 * MS,
+        10 * MS,
+        11 * MS
+    ));
+    // in microseconds: the write's initial 1 ns local pool is still in there
+    let us = |x: i64| (x as f64 / 1e3).round() as i64 * 1000;
+    let at: Vec<_> = out
+        .events
+        .iter()
+        .filter(|e| e.kind != "tick")
+        .map(|e| (e.kind, us(e.amount_ns), us(e.local_ns), us(e.pool_ns)))
+        .collect();
+    assert_eq!(
+        at,
+        vec![
+            ("acquire", 2 * MS + MS / 2, -MS / 2, 0), // the old period's last 2.5 ms
+            ("refill", 10 * MS, 0, 10 * MS),          // refill_overdue_cfs_bandwidth()
+            ("acquire", MS + MS / 2, MS, 8 * MS + MS / 2),
+        ],
+        "{:?}",
+        out.events
+    );
+}
