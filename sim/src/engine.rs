@@ -489,29 +489,40 @@ impl Sim {
         self.log(g, c as i32, "slush", amount);
     }
 
-    /// `__assign_cfs_rq_runtime()`: take up to a slice from the global pool.
-    fn assign(&mut self, g: usize, c: usize, target: i64) -> bool {
-        self.pay_debt(g, c);
-        let mut amount = target - self.rqs[g * self.ncpu + c].runtime_remaining;
-        if self.bws[g].quota.is_some() {
-            self.start_cfs_bandwidth(g, c);
-            self.refill_overdue(g);
-            let target = self.clip_to_period_end(g, target);
-            let min_amount = target - self.rqs[g * self.ncpu + c].runtime_remaining;
-            let b = &mut self.bws[g];
-            amount = 0;
-            if b.runtime > 0 {
-                amount = b.runtime.min(min_amount);
-                b.runtime -= amount;
-                b.idle = false;
-            }
+    /// `__take_cfs_b_runtime()` (0007; the locked code before it): up to `want` from the pool,
+    /// never below zero, granted to the cfs_rq. Returns whether the local pool is positive.
+    fn take_runtime(&mut self, g: usize, c: usize, want: i64) -> bool {
+        let b = &mut self.bws[g];
+        let mut amount = 0;
+        if b.runtime > 0 {
+            amount = b.runtime.min(want);
+            b.runtime -= amount;
+            b.idle = false;
         }
+        self.grant(g, c, amount)
+    }
+
+    fn grant(&mut self, g: usize, c: usize, amount: i64) -> bool {
         let rq = self.rq(g, c);
         rq.runtime_remaining += amount;
         rq.row_acquired += amount;
         let ok = rq.runtime_remaining > 0;
         self.log(g, c as i32, "acquire", amount);
         ok
+    }
+
+    /// `__assign_cfs_rq_runtime()`: take up to a slice from the global pool.
+    fn assign(&mut self, g: usize, c: usize, target: i64) -> bool {
+        self.pay_debt(g, c);
+        if self.bws[g].quota.is_none() {
+            let amount = target - self.rqs[g * self.ncpu + c].runtime_remaining;
+            return self.grant(g, c, amount);
+        }
+        self.start_cfs_bandwidth(g, c);
+        self.refill_overdue(g);
+        let target = self.clip_to_period_end(g, target);
+        let want = target - self.rqs[g * self.ncpu + c].runtime_remaining;
+        self.take_runtime(g, c, want)
     }
 
     /// `assign_cfs_rq_runtime_lockless()` (0007): once a cfs_rq has been seen in this period,
@@ -523,25 +534,14 @@ impl Sim {
         if !self.feat.early_refill
             || b.quota.is_none()
             || !b.period_active
+            || b.runtime <= 0
             || self.rqs[g * self.ncpu + c].runtime_seq != b.period_seq
         {
             return false;
         }
         let target = self.clip_to_period_end(g, target);
         let want = target - self.rqs[g * self.ncpu + c].runtime_remaining;
-        let b = &mut self.bws[g];
-        if b.runtime <= 0 {
-            return false;
-        }
-        let amount = b.runtime.min(want);
-        b.runtime -= amount;
-        b.idle = false;
-        let rq = self.rq(g, c);
-        rq.runtime_remaining += amount;
-        rq.row_acquired += amount;
-        let ok = rq.runtime_remaining > 0;
-        self.log(g, c as i32, "acquire", amount);
-        ok
+        self.take_runtime(g, c, want)
     }
 
     // ---- local pools -----------------------------------------------------------------
