@@ -93,7 +93,8 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20,
                          "sim_mean": sim_m, "sim_sd": sim_sd, "sim_reps": len(outs),
                          "ok": within(lab_m, sim_m)})  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "validate.json").write_text(json.dumps(rows, indent=1))
+    # JSON lines, not *.json: a results directory's *.json are result files (results.load_dir)
+    (out_dir / "validate.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     lines = ["# Simulator vs lab: throttled periods (%)", "",
              f"Lab results from `{lab_dir}`; simulator: {reps} seeds per point (period-timer and tick phases",
              "drawn per seed), ticks and timers late by the timer latencies measured on the same machine",

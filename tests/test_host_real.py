@@ -139,7 +139,7 @@ def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
         assert proc.returncode == 0, proc.stderr
     proc = bwlab("validate", "--results", str(lab), "--reps", "10")
     assert proc.returncode in (0, 1), proc.stderr
-    rows = {r["case"]: r for r in json.loads((lab / "validate.json").read_text())}
+    rows = {r["case"]: r for r in map(json.loads, (lab / "validate.jsonl").read_text().splitlines())}
     assert set(rows) == {"100ms", "50ms", "10ms"}
     assert all(r["timer_latency"] == "timerlat-host" and r["lab_reps"] == 2 for r in rows.values())
     # at a 10 ms period, demand = quota is throttled here (a repetition can be an outlier, as

@@ -242,6 +242,12 @@ def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("bwlab: error: 3 of 3 points outside the tolerance")
     assert "| table2 | guest-baseline | 10ms |" in (tmp_path / "v" / "validate.md").read_text()
+    # validating into the results directory itself leaves it readable as a results directory
+    proc = bwlab("validate", "--results", str(lab), "--reps", "5")
+    assert proc.returncode == 1 and (lab / "validate.jsonl").is_file()
+    proc = bwlab("validate", "--results", str(lab), "--reps", "5")
+    assert proc.returncode == 1 and "outside the tolerance" in proc.stderr
+    assert bwlab("report", str(lab)).returncode == 0
 
 
 def test_tolerance() -> None:
