@@ -30,7 +30,7 @@ const MIN_CFS_RQ_RUNTIME: i64 = 1_000_000;
 const MIN_BANDWIDTH_EXPIRATION: i64 = 2_000_000;
 /// fair.c: how long we wait to gather additional slack before distributing.
 const CFS_BANDWIDTH_SLACK_PERIOD: i64 = 5_000_000;
-/// With measured latencies: the run time of the timer softirq between its update_curr() and
+/// With measured latencies: the run time of the timer interrupt handler between its update_curr() and
 /// the local unthrottle, charged to the interrupted task (there is no IRQ time accounting).
 /// Its size hardly matters: it only has to exceed the 1 ns an unthrottle grants beyond the debt.
 const HANDLER_NS: i64 = 1_000;
@@ -1191,7 +1191,7 @@ impl Sim {
         if self.update_curr(c) {
             if self.delays() {
                 // 7.3 dequeues a throttled task when it returns to user space: after this
-                // interrupt and its softirq
+                // interrupt, whose handler also runs the overdue period timers of this CPU
                 if !self.threads[cur].throttle_pending {
                     self.threads[cur].throttle_pending = true;
                     self.push(self.now + 2 * HANDLER_NS, Ev::ReturnToUser(cur));
