@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import json
+import random
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from bwlab import tools
+from bwlab.stats import percentile
 
 
 @pytest.fixture(scope="module")
@@ -56,3 +58,40 @@ def test_cgwrite_missing_file(bindir: Path, tmp_path: Path) -> None:
         [str(bindir / "cgwrite"), str(tmp_path / "nope"), "1", "1000"], capture_output=True, text=True, timeout=10
     )
     assert proc.returncode == 1 and "nope" in proc.stderr
+
+
+def test_wakelat_percentiles_are_nearest_rank(bindir: Path) -> None:
+    # the percentile code wakelat reports with, against bwlab.stats.percentile (nearest rank)
+    rng = random.Random(7)
+    for n in (1, 2, 5, 10, 999, 1000, 1001):
+        values = [rng.randrange(-1000, 100000) for _ in range(n)]
+        proc = subprocess.run([str(bindir / "wakelat"), "--percentiles"], input="\n".join(map(str, values)) + "\n",
+                              capture_output=True, text=True, timeout=10)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        got = json.loads(proc.stdout)["values"]
+        assert got["n"] == n and got["max"] == max(values)
+        for p in (50, 75, 90, 95, 99, 99.5, 99.9):
+            assert got[f"p{str(p).replace('.', '_')}"] == percentile(values, p), (n, p)
+    proc = subprocess.run([str(bindir / "wakelat"), "--percentiles"], input="12\nx\n", capture_output=True,
+                          text=True, timeout=10)  # fmt: skip
+    assert proc.returncode == 2 and "got 'x'" in proc.stderr
+
+
+def test_wakelat_serves_requests_at_the_rate(bindir: Path) -> None:
+    proc = subprocess.run([str(bindir / "wakelat"), "-m", "1", "-t", "2", "-r", "200", "-c", "500", "-d", "1"],
+                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert 150 <= doc["completed"] <= 210 and 150 <= doc["rps"] <= 210
+    wake, req = doc["wakeup_us"], doc["request_us"]
+    assert wake["n"] == len(doc["samples_us"]) > 100
+    assert wake["p50"] <= wake["p99"] <= wake["max"]
+    # each request burns 500 us of its thread's CPU time: it cannot finish sooner
+    assert req["p50"] >= 500
+    assert req["n"] == doc["completed"]
+
+
+@pytest.mark.parametrize("args", [["-r", "abc"], ["-c", "-1"], ["-m", "0"], ["extra"]])
+def test_wakelat_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = subprocess.run([str(bindir / "wakelat"), *args], capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""
