@@ -3,8 +3,8 @@
  * wakelat - wakeup and request latency of a message/worker server (after schbench's design).
  *
  * M message threads each feed T worker threads. A message thread posts requests at a target
- * rate (-r RPS over all message threads, fixed intervals) or back to back (-r 0: a worker's
- * next request is posted as soon as it finishes). A request wakes a sleeping worker, which
+ * rate (-r RPS over all message threads, fixed intervals, -b requests at a time for bursty
+ * arrivals) or back to back (-r 0: a worker's next request is posted as soon as it finishes). A request wakes a sleeping worker, which
  * burns -c microseconds of its own CPU time (measured with CLOCK_THREAD_CPUTIME_ID, so a
  * request costs the same CPU time on a fast host and under emulation), then sleeps -s
  * microseconds and waits for the next request.
@@ -18,6 +18,7 @@
  */
 #include <errno.h>
 #include <limits.h>
+#include <math.h>
 #include <pthread.h>
 #include <stdatomic.h>
 #include <stdint.h>
@@ -58,7 +59,7 @@ struct msg {
 	long posted, dropped;
 };
 
-static int nmsg = 1, nworkers = 4;
+static int nmsg = 1, nworkers = 4, batch = 1, poisson;
 static double rps;
 static long burn_us = 1000, sleep_us;
 static double duration_s = 10;
@@ -196,20 +197,32 @@ static int post(struct msg *m)
 static void *msg_main(void *arg)
 {
 	struct msg *m = arg;
-	int64_t interval = rps > 0 ? (int64_t)(1e9 * nmsg / rps) : 0;
+	int64_t interval = rps > 0 ? (int64_t)(1e9 * nmsg * batch / rps) : 0;
 	int64_t next = now_ns(CLOCK_MONOTONIC);
+	uint64_t rng = (uint64_t)next ^ (uint64_t)(uintptr_t)m;
 
 	while (!atomic_load(&stop)) {
 		if (interval > 0) {
 			struct timespec ts;
 
-			next += interval;
+			if (poisson) { /* exponential gaps of mean `interval` */
+				double u;
+
+				rng ^= rng << 13;
+				rng ^= rng >> 7;
+				rng ^= rng << 17;
+				u = (double)(rng >> 11) / 9007199254740992.0;
+				next += (int64_t)(-(double)interval * log1p(-u));
+			} else {
+				next += interval;
+			}
 			ts.tv_sec = next / 1000000000;
 			ts.tv_nsec = next % 1000000000;
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 				;
-			if (!post(m))
-				m->dropped++; /* every worker busy: the server is saturated */
+			for (int k = 0; k < batch; k++)
+				if (!post(m))
+					m->dropped++; /* every worker busy: the server is saturated */
 		} else {
 			while (post(m))
 				;
@@ -281,11 +294,13 @@ static int percentiles_from_stdin(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-c burn_us] [-s sleep_us] [-d s]\n"
+		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us] [-d s]\n"
 		"       wakelat --percentiles < numbers\n"
 		"  -m  message threads (default 1)\n"
 		"  -t  worker threads per message thread (default 4)\n"
 		"  -r  requests per second over all message threads; 0: back to back (default 0)\n"
+		"  -b  requests posted at once, every batch/rps seconds (default 1)\n"
+		"  -p  Poisson arrivals: exponential gaps of the same mean\n"
 		"  -c  CPU time each request burns, microseconds of thread CPU time (default 1000)\n"
 		"  -s  sleep after each request, microseconds (default 0)\n"
 		"  -d  run time in seconds (default 10)\n");
@@ -300,11 +315,13 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--percentiles") == 0)
 		return percentiles_from_stdin();
-	while ((opt = getopt(argc, argv, "m:t:r:c:s:d:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:d:h")) != -1) {
 		switch (opt) {
 		case 'm': nmsg = (int)parse_long(optarg, "-m", 1, 64); break;
 		case 't': nworkers = (int)parse_long(optarg, "-t", 1, 1024); break;
 		case 'r': rps = parse_double(optarg, "-r", 0, 1e7); break;
+		case 'b': batch = (int)parse_long(optarg, "-b", 1, 100000); break;
+		case 'p': poisson = 1; break;
 		case 'c': burn_us = parse_long(optarg, "-c", 0, 10000000); break;
 		case 's': sleep_us = parse_long(optarg, "-s", 0, 10000000); break;
 		case 'd': duration_s = parse_double(optarg, "-d", 0.01, 86400); break;
@@ -377,10 +394,10 @@ int main(int argc, char **argv)
 		for (int j = 0; j < nworkers; j++)
 			pthread_join(msgs[i].workers[j].tid, NULL);
 	/* JSON: percentiles in microseconds, then the raw wakeup samples (us) for CDF plots */
-	printf("{\"msg_threads\": %d, \"workers\": %d, \"target_rps\": %.1f, \"burn_us\": %ld, "
+	printf("{\"msg_threads\": %d, \"workers\": %d, \"target_rps\": %.1f, \"batch\": %d, \"poisson\": %s, \"burn_us\": %ld, "
 	       "\"elapsed_s\": %.3f, \"posted\": %ld, \"dropped\": %ld, \"completed\": %ld, "
 	       "\"rps\": %.1f, ",
-	       nmsg, nmsg * nworkers, rps, burn_us, (double)elapsed / 1e9, posted, dropped,
+	       nmsg, nmsg * nworkers, rps, batch, poisson ? "true" : "false", burn_us, (double)elapsed / 1e9, posted, dropped,
 	       atomic_load(&completed), (double)atomic_load(&completed) * 1e9 / (double)elapsed);
 	print_stats("wakeup_us", wake_samples.v, wake_samples.n, 1000);
 	printf(", ");
