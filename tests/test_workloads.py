@@ -92,16 +92,17 @@ def test_wakelat_serves_requests_at_the_rate(bindir: Path) -> None:
 
 
 def test_wakelat_bursty_arrivals(bindir: Path) -> None:
-    # Poisson arrivals in batches of 4: the same mean rate, posted 4 at a time
-    proc = subprocess.run([str(bindir / "wakelat"), "-t", "8", "-r", "400", "-b", "4", "-p", "-c", "100", "-d", "1"],
-                          capture_output=True, text=True, timeout=30)  # fmt: skip
+    # Poisson arrivals in batches of 4 (the same mean rate, posted 4 at a time), workers with a
+    # 100 us EEVDF slice
+    args = ["-t", "8", "-r", "400", "-b", "4", "-p", "-c", "100", "-S", "100", "-d", "1"]
+    proc = subprocess.run([str(bindir / "wakelat"), *args], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert doc["batch"] == 4 and doc["poisson"] is True
     assert 200 <= doc["completed"] <= 700 and (doc["posted"] + doc["dropped"]) % 4 == 0
 
 
-@pytest.mark.parametrize("args", [["-r", "abc"], ["-c", "-1"], ["-m", "0"], ["-b", "0"], ["extra"]])
+@pytest.mark.parametrize("args", [["-r", "abc"], ["-c", "-1"], ["-m", "0"], ["-b", "0"], ["-S", "5"], ["extra"]])
 def test_wakelat_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     proc = subprocess.run([str(bindir / "wakelat"), *args], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""

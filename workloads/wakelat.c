@@ -25,6 +25,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -61,7 +62,7 @@ struct msg {
 
 static int nmsg = 1, nworkers = 4, batch = 1, poisson;
 static double rps;
-static long burn_us = 1000, sleep_us;
+static long burn_us = 1000, sleep_us, slice_us;
 static double duration_s = 10;
 static atomic_int stop;
 static atomic_long completed;
@@ -134,9 +135,31 @@ static void burn(long us)
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 }
 
+/* EEVDF's custom slice (sched_attr.sched_runtime for SCHED_OTHER, Linux 6.12+). */
+struct sched_attr_v1 {
+	uint32_t size, sched_policy;
+	uint64_t sched_flags;
+	int32_t sched_nice;
+	uint32_t sched_priority;
+	uint64_t sched_runtime, sched_deadline, sched_period;
+};
+
+static void set_slice(long us)
+{
+	struct sched_attr_v1 attr = { .size = sizeof(attr), .sched_runtime = (uint64_t)us * 1000 };
+
+	if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
+		fprintf(stderr, "wakelat: sched_setattr(slice %ld us): %s\n", us, strerror(errno));
+		exit(1);
+	}
+}
+
 static void *worker_main(void *arg)
 {
 	struct worker *w = arg;
+
+	if (slice_us > 0)
+		set_slice(slice_us);
 
 	for (;;) {
 		int64_t posted, started;
@@ -294,7 +317,7 @@ static int percentiles_from_stdin(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us] [-d s]\n"
+		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us] [-S slice_us] [-d s]\n"
 		"       wakelat --percentiles < numbers\n"
 		"  -m  message threads (default 1)\n"
 		"  -t  worker threads per message thread (default 4)\n"
@@ -303,6 +326,7 @@ static void usage(void)
 		"  -p  Poisson arrivals: exponential gaps of the same mean\n"
 		"  -c  CPU time each request burns, microseconds of thread CPU time (default 1000)\n"
 		"  -s  sleep after each request, microseconds (default 0)\n"
+		"  -S  workers ask EEVDF for this slice, microseconds (sched_setattr; default: the kernel's)\n"
 		"  -d  run time in seconds (default 10)\n");
 }
 
@@ -315,7 +339,7 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--percentiles") == 0)
 		return percentiles_from_stdin();
-	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:d:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:d:h")) != -1) {
 		switch (opt) {
 		case 'm': nmsg = (int)parse_long(optarg, "-m", 1, 64); break;
 		case 't': nworkers = (int)parse_long(optarg, "-t", 1, 1024); break;
@@ -324,6 +348,7 @@ int main(int argc, char **argv)
 		case 'p': poisson = 1; break;
 		case 'c': burn_us = parse_long(optarg, "-c", 0, 10000000); break;
 		case 's': sleep_us = parse_long(optarg, "-s", 0, 10000000); break;
+		case 'S': slice_us = parse_long(optarg, "-S", 100, 100000); break;
 		case 'd': duration_s = parse_double(optarg, "-d", 0.01, 86400); break;
 		default: usage(); return 2;
 		}
