@@ -85,6 +85,22 @@ def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, tuple[int,
     return found
 
 
+def parse_wakelat(stdout: str) -> tuple[dict[str, float], list[int]]:
+    """wakelat's JSON: wakeup and request percentiles (us), achieved RPS; wakeup samples."""
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        out = {"rps_achieved": float(doc["rps"]), "requests_done": float(doc["completed"]),
+               "requests_dropped": float(doc["dropped"])}  # fmt: skip
+        for name in ("wakeup", "request"):
+            for key, val in doc[f"{name}_us"].items():
+                if key != "n":  # p99_9 -> p999, as cglat's and the simulator's names
+                    out[f"{name}_{key.replace('_', '')}_us"] = float(val)
+        samples = [int(s) for s in doc["samples_us"]]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BwlabError(f"wakelat output is not its JSON document: {exc}") from exc
+    return out, samples
+
+
 def parse_hackbench(stdout: str) -> dict[str, float]:
     match = re.search(r"Time:\s*([\d.]+)", stdout)
     if not match:
@@ -149,6 +165,9 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         out.update(parse_hackbench(raw.stdout))
     elif kind == "cgstress":
         out.update(parse_cgstress(raw.stdout))
+    elif kind == "wakelat":
+        lat, samples = parse_wakelat(raw.stdout)
+        out.update(lat)
     elif kind == "sysbench-threads":
         out.update(parse_sysbench_threads(raw.stdout))
     if spec.lock_classes and raw.lock_stat:

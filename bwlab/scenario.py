@@ -34,6 +34,7 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "hackbench": {"kind", "groups", "loops"},
     "cgstress": {"kind", "burners", "hotplug"},
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
+    "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
     # simulator only (until real workloads of these shapes exist in workloads/)
     "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
     "requests": {"kind", "workers", "rps", "service_us", "dist"},
@@ -228,7 +229,8 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
         raise _err(p, t, "[probe] lock_classes must be a list of lock class names", "lock_classes", "probe")
     for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7),
-                        ("locks", 1, 10**6), ("yields", 1, 10**7)):  # fmt: skip
+                        ("locks", 1, 10**6), ("yields", 1, 10**7), ("msg_threads", 1, 64),
+                        ("batch", 1, 10**5), ("burn_us", 0, 10**7), ("slice_us", 100, 10**5)):  # fmt: skip
         if key in wl:
             need_int("workload", key, wl[key], lo, hi)
     for key in ("on_us", "off_us", "service_us", "rps"):
@@ -240,7 +242,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
                    "dist", "workload")  # fmt: skip
     if kind == "trace" and not (isinstance(wl.get("file"), str) and wl["file"]):
         raise _err(p, t, f'[workload] a trace needs file = "PATH.jsonl"{ctx}', "file", "workload")
-    for key in ("hotplug", "repeat"):
+    for key in ("hotplug", "repeat", "poisson"):
         if not isinstance(wl.get(key, False), bool):
             raise _err(p, t, f"[workload] {key} must be true or false, got {wl[key]!r}{ctx}", key, "workload")
     if not isinstance(wl.get("hotplug", False), bool):
@@ -404,6 +406,13 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         threads = max(1, round(cpu_value(wl.get("threads", "ncpu*4"), ncpu, "threads")))
         argv = ("sysbench", "threads", f"--threads={threads}", f"--thread-locks={wl.get('locks', 8)}",
                 f"--thread-yields={wl.get('yields', 1000)}", f"--time={dur_arg}", "--events=0", "run")  # fmt: skip
+    elif kind == "wakelat":
+        workers = max(1, round(cpu_value(wl.get("workers", "ncpu*2"), ncpu, "workers")))
+        msgs = int(wl.get("msg_threads", 1))
+        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{float(wl.get('rps', 0)):g}",
+                "-b", str(wl.get("batch", 1)), *(("-p",) if wl.get("poisson") else ()),
+                "-c", str(wl.get("burn_us", 1000)), "-s", str(wl.get("sleep_us", 0)),
+                *(("-S", str(wl["slice_us"])) if "slice_us" in wl else ()), "-d", dur_arg)  # fmt: skip
     elif kind == "cgstress":
         burners = max(1, min(64, round(cpu_value(wl.get("burners", "ncpu*4"), ncpu, "burners"))))
         argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))

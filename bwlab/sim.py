@@ -151,6 +151,15 @@ def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict
     if kind == "requests":
         req = {"rate_per_s": float(wl.get("rps", 1000)), "service": _dist(wl, "service_us")}
         return placed([{"type": "worker"}] * int(wl.get("workers", len(cpus)))), req
+    if kind == "wakelat":
+        for key, bad, why in (("rps", 0, "back-to-back requests"), ("batch", None, "batched posts"),
+                              ("poisson", False, "evenly spaced arrivals")):  # fmt: skip
+            val = wl.get(key, {"rps": 0, "batch": 1, "poisson": False}[key])
+            if (key == "batch" and val != 1) or (key != "batch" and val == bad):
+                raise BwlabError(f"wakelat with {why} ({key} = {val!r}) is not modelled by the simulator "
+                                 f"(it has Poisson arrivals at a rate, one request at a time)")  # fmt: skip
+        req = {"rate_per_s": float(wl["rps"]), "service": {"fixed": float(wl.get("burn_us", 1000)) * 1000}}
+        return placed([{"type": "worker"}] * int(wl.get("workers", 2 * len(cpus)))), req
     if kind == "trace":
         traces = read_trace(Path(str(wl["file"])))
         repeat = bool(wl.get("repeat", True))
@@ -222,7 +231,7 @@ def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | N
         metrics.update({f"wakeup_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["wakeup_ns"]]).items()})
     if smp["request_ns"]:
         metrics.update({f"request_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["request_ns"]]).items()})
-    if spec.workload.kind == "requests":
+    if spec.workload.kind in ("requests", "wakelat"):
         metrics["requests_done"] = float(out["requests_done"])
         metrics["rps_achieved"] = out["requests_done"] / (out["duration_ns"] / 1e9)
     metrics["sim_ticks"] = float(out["ticks"])

@@ -146,3 +146,29 @@ def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
     # the first one often is on this host) and about every other period in the model
     assert rows["10ms"]["lab_mean"] > 5 and rows["10ms"]["sim_mean"] > 40
     assert "| table2 | host | 10ms |" in (lab / "validate.md").read_text()
+
+
+def test_wakelat_in_a_limited_group(tmp_path: Path) -> None:
+    scenario = tmp_path / "wl.toml"
+    scenario.write_text("""name = "wl"
+repetitions = 1
+duration_s = 2
+[cgroup]
+period_us = 100000
+quota_cpus = 1
+[workload]
+kind = "wakelat"
+workers = 4
+rps = 100
+poisson = true
+burn_us = 5000
+slice_us = 100
+""")
+    proc = bwlab("run", str(scenario), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    rep = json.loads((tmp_path / "wl-host.json").read_text())["cases"][0]["reps"][0]
+    m = rep["metrics"]
+    assert m["requests_done"] > 100 and m["nr_periods"] >= 15
+    assert m["wakeup_p50_us"] <= m["wakeup_p99_us"] <= m["wakeup_max_us"]
+    assert m["request_p50_us"] >= 5000  # each request burns 5 ms of CPU time
+    assert len(rep["samples_us"]) > 100

@@ -290,3 +290,27 @@ def test_sim_options_need_the_sim_target(tmp_path: Path) -> None:
     proc = bwlab("run", "table2", "--target", "host", "--tick", "random", "--out", str(tmp_path))
     assert proc.returncode == 1
     assert proc.stderr.strip() == "bwlab: error: --tick applies to --target sim only"
+
+
+def test_wakelat_scenarios_in_the_simulator(tmp_path: Path) -> None:
+    text = """name = "wl"
+repetitions = 1
+duration_s = 3
+[cgroup]
+quota_cpus = 1
+[workload]
+kind = "wakelat"
+workers = 4
+rps = 100
+poisson = true
+burn_us = 5000
+"""
+    path = _scenario(tmp_path, text, "wl.toml")
+    proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((tmp_path / "out" / "wl-sim-mainline.json").read_text())["cases"][0]["reps"][0]["metrics"]
+    assert 80 <= m["rps_achieved"] <= 120 and m["request_p50_us"] >= 5000
+    path.write_text(text.replace("poisson = true", "poisson = true\nbatch = 4"))
+    proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
+    assert proc.returncode == 1
+    assert "wakelat with batched posts (batch = 4) is not modelled by the simulator" in proc.stderr
