@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -82,16 +83,19 @@ class SimTarget:
         return f"sim-{self.policy}" + (f"-hz{self.hz}" if self.hz != 250 else "")
 
 
-DIST_SHAPES = {"fixed": lambda m: {"fixed": m}, "exp": lambda m: {"exp": m},
-               "uniform": lambda m: {"uniform": [0.5 * m, 1.5 * m]},
-               "lognormal": lambda m: {"lognormal": [m / math.exp(0.5), 1.0]}}  # fmt: skip
+DIST_SHAPES: dict[str, Callable[[float], dict[str, Any]]] = {
+    "fixed": lambda m: {"fixed": m},
+    "exp": lambda m: {"exp": m},
+    "uniform": lambda m: {"uniform": [0.5 * m, 1.5 * m]},
+    "lognormal": lambda m: {"lognormal": [m / math.exp(0.5), 1.0]},
+}
 """Durations of mean m ns: uniform over m +/- 50 %; log-normal with sigma 1 (heavy tail)."""
 
 
 def _dist(table: dict[str, Any], key: str) -> dict[str, Any]:
     mean_ns = float(table[key]) * 1000.0
     shape = DIST_SHAPES[str(table.get("dist", "exp"))]
-    return shape(mean_ns)  # type: ignore[no-untyped-call]
+    return shape(mean_ns)
 
 
 def read_trace(path: Path) -> list[list[tuple[int, int]]]:

@@ -149,22 +149,7 @@ def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
 
 
 def test_wakelat_in_a_limited_group(tmp_path: Path) -> None:
-    scenario = tmp_path / "wl.toml"
-    scenario.write_text("""name = "wl"
-repetitions = 1
-duration_s = 2
-[cgroup]
-period_us = 100000
-quota_cpus = 1
-[workload]
-kind = "wakelat"
-workers = 4
-rps = 100
-poisson = true
-burn_us = 5000
-slice_us = 100
-""")
-    proc = bwlab("run", str(scenario), "--target", "host", "--out", str(tmp_path))
+    proc = bwlab("run", str(DATA / "wakelat-quota.toml"), "--target", "host", "--out", str(tmp_path))
     assert proc.returncode == 0, proc.stderr
     rep = json.loads((tmp_path / "wl-host.json").read_text())["cases"][0]["reps"][0]
     m = rep["metrics"]

@@ -11,7 +11,7 @@ import pytest
 from bwlab import scenario, sim, simtools
 from bwlab.errors import BwlabError
 
-from conftest import bwlab
+from conftest import DATA, bwlab
 
 MS = 1_000_000
 
@@ -293,18 +293,8 @@ def test_sim_options_need_the_sim_target(tmp_path: Path) -> None:
 
 
 def test_wakelat_scenarios_in_the_simulator(tmp_path: Path) -> None:
-    text = """name = "wl"
-repetitions = 1
-duration_s = 3
-[cgroup]
-quota_cpus = 1
-[workload]
-kind = "wakelat"
-workers = 4
-rps = 100
-poisson = true
-burn_us = 5000
-"""
+    # the host test's scenario, unchanged (the model has no custom slices: slice_us is a no-op)
+    text = (DATA / "wakelat-quota.toml").read_text()
     path = _scenario(tmp_path, text, "wl.toml")
     proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
     assert proc.returncode == 0, proc.stderr
