@@ -27,7 +27,7 @@ FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes"}
-CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "cpus"}
+CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
@@ -199,6 +199,12 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     need_int("cgroup", "period_us", cg.get("period_us", 100000), 1000, 1000000)
     need_int("cgroup", "burst_us", cg.get("burst_us", 0), 0, 10**9)
     need_cpu("cgroup", "quota_cpus", cg.get("quota_cpus", "max"), "max")
+    if "burst_cpus" in cg:
+        if "burst_us" in cg:
+            raise _err(p, t, f"[cgroup] burst_us and burst_cpus are two ways to say one thing: give one{ctx}",
+                       "burst_cpus", "cgroup")  # fmt: skip
+        if cg["burst_cpus"] != 0:
+            need_cpu("cgroup", "burst_cpus", cg["burst_cpus"], "0")
     need_cpu("cgroup", "cpus", cg.get("cpus", "all"), "all")
 
     sysctl = data.get("sysctl", {})
@@ -233,8 +239,12 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
                         ("batch", 1, 10**5), ("burn_us", 0, 10**7), ("slice_us", 100, 10**5)):  # fmt: skip
         if key in wl:
             need_int("workload", key, wl[key], lo, hi)
+    if isinstance(wl.get("rps"), str):
+        need_cpu("workload", "rps", wl["rps"], "")
     for key in ("on_us", "off_us", "service_us", "rps"):
         val = wl.get(key, 1)
+        if key == "rps" and isinstance(val, str):
+            continue
         if isinstance(val, bool) or not isinstance(val, int | float) or not 0 < val <= 10**9:
             raise _err(p, t, f"[workload] {key} must be a positive number, got {val!r}{ctx}", key, "workload")
     if wl.get("dist", "exp") not in DISTS:
@@ -383,6 +393,9 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     period = int(cg.get("period_us", 100000))
     quota_expr = cg.get("quota_cpus", "max")
     quota = None if quota_expr == "max" else max(1000, round(cpu_value(quota_expr, ncpu, "quota_cpus") * period))
+    burst = int(cg.get("burst_us", 0))
+    if cg.get("burst_cpus", 0) != 0:
+        burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
     cpus_expr = cg.get("cpus", "all")
     cpus = None
     if cpus_expr != "all":
@@ -409,7 +422,7 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "wakelat":
         workers = max(1, round(cpu_value(wl.get("workers", "ncpu*2"), ncpu, "workers")))
         msgs = int(wl.get("msg_threads", 1))
-        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{float(wl.get('rps', 0)):g}",
+        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{cpu_value(wl['rps'], ncpu, 'rps') if 'rps' in wl else 0:g}",
                 "-b", str(wl.get("batch", 1)), *(("-p",) if wl.get("poisson") else ()),
                 "-c", str(wl.get("burn_us", 1000)), "-s", str(wl.get("sleep_us", 0)),
                 *(("-S", str(wl["slice_us"])) if "slice_us" in wl else ()), "-d", dur_arg)  # fmt: skip
@@ -425,6 +438,8 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     for key in ("threads", "burners", "groups", "workers"):
         if key in table:
             table[key] = max(1, round(cpu_value(table[key], ncpu, key)))
+    if "rps" in table:
+        table["rps"] = cpu_value(table["rps"], ncpu, "rps")
     if "file" in table:
         table["file"] = str((sc.path.parent / table["file"]).resolve())
     sides = tuple(
@@ -436,7 +451,7 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         raise BwlabError(f"{sc.path}: case {case}: side.rewrite needs a quota (quota_cpus is 'max')")
     return RunSpec(
         scenario=sc.name, case=case, params=params, ncpu=ncpu, period_us=period, quota_us=quota,
-        burst_us=int(cg.get("burst_us", 0)), cpus=cpus,
+        burst_us=burst, cpus=cpus,
         sysctls={k: str(v) for k, v in data.get("sysctl", {}).items()},
         workload=Workload(kind=kind, argv=argv, table=table), sides=sides, duration_s=duration,
         repetitions=int(data["repetitions"]),

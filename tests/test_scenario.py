@@ -72,6 +72,19 @@ def test_slice_matrix_sets_sysctl() -> None:
     assert values == [1000, 5000, 20000]
 
 
+def test_burst_scales_with_cpus() -> None:
+    for ncpu in (2, 8):
+        specs = {s.case: s for s in scenario.load(scenario.builtin_path("burst")).resolve(ncpu)}
+        assert specs["no-burst"].burst_us == 0
+        assert specs["burst"].burst_us == ncpu * 50000  # 0.5 x CPUs x 100 ms
+        for spec in specs.values():
+            assert spec.quota_us == ncpu * 87500
+            argv = spec.workload.argv
+            rps, burn = float(argv[argv.index("-r") + 1]), int(argv[argv.index("-c") + 1])
+            assert rps * burn / 1e6 == pytest.approx(0.625 * ncpu)  # average demand in CPUs
+            assert spec.workload.table["rps"] == rps  # the simulator reads the resolved rate
+
+
 def test_overrides_apply(tmp_path: Path) -> None:
     sc = scenario.load(write(tmp_path, GOOD), {"repetitions": 1, "duration_s": 3})
     (spec,) = sc.resolve(2)
@@ -88,6 +101,17 @@ def test_overrides_apply(tmp_path: Path) -> None:
         (GOOD.replace("repetitions = 2", "repetitions = 0"), "repetitions must be", 3),
         ("bogus = 1\n" + GOOD, "unknown top-level key 'bogus'", 1),
         (GOOD.replace('threads = "ncpu"', 'threads = "ncpu"\nmax_prim = 3'), "unknown key 'max_prim'", 11),
+        (GOOD.replace('quota_cpus = "ncpu"', 'quota_cpus = "ncpu"\nburst_cpus = "lots"'), "burst_cpus", 8),
+        (
+            GOOD.replace('quota_cpus = "ncpu"', 'quota_cpus = "ncpu"\nburst_us = 5\nburst_cpus = 1'),
+            "burst_us and burst_cpus",
+            9,
+        ),
+        (
+            GOOD.replace('kind = "sysbench-cpu"\nthreads = "ncpu"', 'kind = "wakelat"\nrps = "fast"'),
+            "rps",
+            10,
+        ),
         (
             GOOD.replace('kind = "sysbench-cpu"\nthreads = "ncpu"', 'kind = "cgstress"\nhotplug = "yes"'),
             "hotplug must be true or false",

@@ -4,13 +4,17 @@
  *
  * M message threads each feed T worker threads. A message thread posts requests at a target
  * rate (-r RPS over all message threads, fixed intervals, -b requests at a time for bursty
- * arrivals) or back to back (-r 0: a worker's next request is posted as soon as it finishes). A request wakes a sleeping worker, which
+ * arrivals, -p for Poisson gaps) or back to back (-r 0: a worker's next request is posted as
+ * soon as it finishes). A request wakes a sleeping worker, which
  * burns -c microseconds of its own CPU time (measured with CLOCK_THREAD_CPUTIME_ID, so a
  * request costs the same CPU time on a fast host and under emulation), then sleeps -s
  * microseconds and waits for the next request.
  *
- * Wakeup latency: from the message thread's post (just before it wakes the worker) to the
- * worker running. Request latency: from the post to the end of the burn (queueing included).
+ * Wakeup latency: from the message thread's wake to the worker running. At a target rate the
+ * message thread's wake is the request's arrival (the expiry of its timer), so the delay of
+ * the message thread itself (e.g. a throttled group) counts, as it does for a server whose
+ * dispatcher is in the same cgroup; back to back it is the post. Request latency: from the
+ * same start to the end of the burn (queueing included). -S applies to message threads too.
  * Output: one JSON object with nearest-rank percentiles, achieved RPS and the raw samples.
  *
  * wakelat --percentiles reads numbers (one per line) on stdin and prints their percentiles:
@@ -196,15 +200,15 @@ static void *worker_main(void *arg)
 	return NULL;
 }
 
-/* Post to the next idle worker; 0 if every worker is busy. */
-static int post(struct msg *m)
+/* Post to the next idle worker (arrival: when the request arrived, 0: now); 0 if every worker is busy. */
+static int post(struct msg *m, int64_t arrival)
 {
 	for (int k = 0; k < m->nworkers; k++) {
 		struct worker *w = &m->workers[(m->next + k) % m->nworkers];
 
 		pthread_mutex_lock(&w->lock);
 		if (!w->busy) {
-			w->posted = now_ns(CLOCK_MONOTONIC);
+			w->posted = arrival ? arrival : now_ns(CLOCK_MONOTONIC);
 			w->busy = w->sleeping ? 2 : 1;
 			pthread_cond_signal(&w->cond);
 			pthread_mutex_unlock(&w->lock);
@@ -223,6 +227,9 @@ static void *msg_main(void *arg)
 	int64_t interval = rps > 0 ? (int64_t)(1e9 * nmsg * batch / rps) : 0;
 	int64_t next = now_ns(CLOCK_MONOTONIC);
 	uint64_t rng = (uint64_t)next ^ (uint64_t)(uintptr_t)m;
+
+	if (slice_us > 0)
+		set_slice(slice_us);
 
 	while (!atomic_load(&stop)) {
 		if (interval > 0) {
@@ -244,10 +251,10 @@ static void *msg_main(void *arg)
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
 				;
 			for (int k = 0; k < batch; k++)
-				if (!post(m))
+				if (!post(m, next))
 					m->dropped++; /* every worker busy: the server is saturated */
 		} else {
-			while (post(m))
+			while (post(m, 0))
 				;
 			pthread_mutex_lock(&m->lock);
 			if (!atomic_load(&stop)) {
