@@ -13,7 +13,7 @@ import re
 import signal
 import time
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bwlab.errors import BwlabError
@@ -73,10 +73,11 @@ class Group:
     usage_file: Path | None  # v1 cpuacct.usage (ns); None on v2 (usage_usec in cpu.stat)
     bandwidth_file: Path  # file a rewrite writes: cpu.max (v2) or cpu.cfs_quota_us (v1)
     bandwidth_value: str
+    leaves: list[Path] = field(default_factory=list)  # the deepest group per hierarchy, if nested
 
     @property
     def procs_files(self) -> list[Path]:
-        return [d / "cgroup.procs" for d in self.dirs]
+        return [d / "cgroup.procs" for d in (self.leaves or self.dirs)]
 
     def read_stat(self) -> str:
         """cpu.stat as text, with v1's cpuacct usage appended as 'cpuacct_usage_ns N'."""
@@ -149,13 +150,15 @@ class Hierarchy:
         raise NotImplementedError
 
     def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
-               cpus: str | None) -> Group:  # fmt: skip
+               cpus: str | None, depth: int = 1) -> Group:  # fmt: skip
+        """A group with these limits; depth > 1 nests groups l2, l3, ... inside it, each with
+        the same limits, and the group's tasks go to the deepest."""
         raise NotImplementedError
 
     @contextlib.contextmanager
     def group(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
-              cpus: str | None) -> Iterator[Group]:  # fmt: skip
-        grp = self.create(name, period_us, quota_us, burst_us, cpus)
+              cpus: str | None, depth: int = 1) -> Iterator[Group]:  # fmt: skip
+        grp = self.create(name, period_us, quota_us, burst_us, cpus, depth)
         try:
             yield grp
         finally:
@@ -184,21 +187,27 @@ class CgroupV2(Hierarchy):
             _write(ctl, f"+{controller}")
 
     def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
-               cpus: str | None) -> Group:  # fmt: skip
+               cpus: str | None, depth: int = 1) -> Group:  # fmt: skip
         self._enable("cpu")
         if cpus is not None:
             self._enable("cpuset")
         path = self.root / name
-        self._mkdir(path)
         value = f"{quota_us if quota_us is not None else 'max'} {period_us}"
         grp = Group(name=name, dirs=[path], stat_file=path / "cpu.stat", usage_file=None,
                     bandwidth_file=path / "cpu.max", bandwidth_value=value)  # fmt: skip
         _LIVE[name] = grp
-        _write(path / "cpu.max", value)
-        if burst_us:
-            _write(path / "cpu.max.burst", str(burst_us))
-        if cpus is not None:
-            _write(path / "cpuset.cpus", cpus)
+        level = path
+        for n in range(1, depth + 1):
+            if n > 1:
+                _write(level / "cgroup.subtree_control", "+cpu" + (" +cpuset" if cpus is not None else ""))
+                level = level / f"l{n}"
+            self._mkdir(level)
+            _write(level / "cpu.max", value)
+            if burst_us:
+                _write(level / "cpu.max.burst", str(burst_us))
+            if cpus is not None:
+                _write(level / "cpuset.cpus", cpus)
+        grp.leaves = [level]
         return grp
 
 
@@ -212,7 +221,7 @@ class CgroupV1(Hierarchy):
         return f"cgroup v1 at {self.cpu}"
 
     def create(self, name: str, period_us: int, quota_us: int | None, burst_us: int,
-               cpus: str | None) -> Group:  # fmt: skip
+               cpus: str | None, depth: int = 1) -> Group:  # fmt: skip
         cpu_dir = self.cpu / name
         dirs = [cpu_dir]
         usage: Path | None = None
@@ -232,14 +241,22 @@ class CgroupV1(Hierarchy):
         for d in dirs:
             self._mkdir(d)
             grp.dirs.insert(0, d)  # remove in reverse order of creation
-        _write(cpu_dir / "cpu.cfs_period_us", str(period_us))
-        _write(cpu_dir / "cpu.cfs_quota_us", quota)
-        if burst_us:
-            _write(cpu_dir / "cpu.cfs_burst_us", str(burst_us))
-        if cpus is not None and self.cpuset is not None:
-            cs = self.cpuset / name
-            _write(cs / "cpuset.cpus", cpus)
-            _write(cs / "cpuset.mems", (self.cpuset / "cpuset.mems").read_text().strip())
+        sub = Path(*[f"l{n}" for n in range(2, depth + 1)]) if depth > 1 else Path()
+        for n in range(1, depth + 1):
+            rel = Path(*sub.parts[: n - 1])
+            if n > 1:
+                for d in dirs:
+                    self._mkdir(d / rel)
+            level = cpu_dir / rel
+            _write(level / "cpu.cfs_period_us", str(period_us))
+            _write(level / "cpu.cfs_quota_us", quota)
+            if burst_us:
+                _write(level / "cpu.cfs_burst_us", str(burst_us))
+            if cpus is not None and self.cpuset is not None:
+                cs = self.cpuset / name / rel
+                _write(cs / "cpuset.cpus", cpus)
+                _write(cs / "cpuset.mems", (self.cpuset / "cpuset.mems").read_text().strip())
+        grp.leaves = [d / sub for d in dirs]
         return grp
 
 

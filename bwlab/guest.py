@@ -95,15 +95,18 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
         bw_value = f"{spec.quota_us if spec.quota_us is not None else 'max'} {spec.period_us}"
         for rep in range(spec.repetitions):
             g = f"{GUEST_CGROUP}/bwlab-{ci}-{rep}"
-            lines += [
-                f"# case {spec.case} rep {rep}",
-                f"mkdir {g}",
-                f"echo {q(bw_value)} > {g}/cpu.max",
-            ]
-            if spec.burst_us:
-                lines.append(f"echo {spec.burst_us} > {g}/cpu.max.burst")
-            if spec.cpus is not None:
-                lines.append(f"echo {spec.cpus} > {g}/cpuset.cpus")
+            lines.append(f"# case {spec.case} rep {rep}")
+            leaf = g
+            for level in range(1, spec.depth + 1):
+                if level > 1:  # nested: the same limits at every level, tasks in the deepest
+                    ctl = "+cpu" + (" +cpuset" if spec.cpus is not None else "")
+                    lines.append(f"echo {q(ctl)} > {leaf}/cgroup.subtree_control")
+                    leaf = f"{leaf}/l{level}"
+                lines += [f"mkdir {leaf}", f"echo {q(bw_value)} > {leaf}/cpu.max"]
+                if spec.burst_us:
+                    lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
+                if spec.cpus is not None:
+                    lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
             for si, side in enumerate(spec.sides):
                 lines.append(f"/bin/cgwrite {g}/cpu.max {q(bw_value)} {side.interval_us} "
                              f"> /tmp/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
@@ -113,7 +116,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
                 f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",
                 *(["echo 0 > /proc/lock_stat 2>/dev/null"] if spec.lock_classes else []),
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
-                f"sh -c 'echo $$ > {g}/cgroup.procs && exec \"$@\"' sh {argv} > /tmp/out 2> /tmp/err",
+                f"sh -c 'echo $$ > {leaf}/cgroup.procs && exec \"$@\"' sh {argv} > /tmp/out 2> /tmp/err",
                 "RC=$?",
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
                 f"echo 'BWLAB-SECTION stat_after' >&3; cat {g}/cpu.stat >&3",

@@ -50,7 +50,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
     sides: list[subprocess.Popen[bytes]] = []
     with (
         cgroup.sysctls(spec.sysctls),
-        hier.group(name, spec.period_us, spec.quota_us, spec.burst_us, spec.cpus) as grp,
+        hier.group(name, spec.period_us, spec.quota_us, spec.burst_us, spec.cpus, spec.depth) as grp,
         tempfile.TemporaryDirectory(prefix="bwlab-") as tmp_name,
     ):
         tmp = Path(tmp_name)

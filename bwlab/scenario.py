@@ -27,11 +27,11 @@ FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes"}
-CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus"}
+CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
-    "hackbench": {"kind", "groups", "loops"},
+    "hackbench": {"kind", "groups", "loops", "pipe"},
     "cgstress": {"kind", "burners", "hotplug"},
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
     "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
@@ -82,10 +82,13 @@ class RunSpec:
     duration_s: float
     repetitions: int
     lock_classes: tuple[str, ...] = ()  # /proc/lock_stat classes to count (lockstat kernels)
+    # levels of nested groups, each with the same cpu.max; the workload runs in the deepest,
+    # cpu.stat is read from the top one
+    depth: int = 1
 
     def settings(self) -> dict[str, Any]:
         return {"period_us": self.period_us, "quota_us": self.quota_us,
-                "burst_us": self.burst_us, "cpus": self.cpus, "sysctls": self.sysctls,
+                "burst_us": self.burst_us, "cpus": self.cpus, "depth": self.depth, "sysctls": self.sysctls,
                 "workload": list(self.workload.argv),
                 "sides": [f"{s.kind}@{s.interval_us}us" for s in self.sides]}  # fmt: skip
 
@@ -198,6 +201,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     cg = need_table("cgroup", CGROUP_KEYS)
     need_int("cgroup", "period_us", cg.get("period_us", 100000), 1000, 1000000)
     need_int("cgroup", "burst_us", cg.get("burst_us", 0), 0, 10**9)
+    need_int("cgroup", "depth", cg.get("depth", 1), 1, 8)
     need_cpu("cgroup", "quota_cpus", cg.get("quota_cpus", "max"), "max")
     if "burst_cpus" in cg:
         if "burst_us" in cg:
@@ -252,7 +256,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
                    "dist", "workload")  # fmt: skip
     if kind == "trace" and not (isinstance(wl.get("file"), str) and wl["file"]):
         raise _err(p, t, f'[workload] a trace needs file = "PATH.jsonl"{ctx}', "file", "workload")
-    for key in ("hotplug", "repeat", "poisson"):
+    for key in ("hotplug", "repeat", "poisson", "pipe"):
         if not isinstance(wl.get(key, False), bool):
             raise _err(p, t, f"[workload] {key} must be true or false, got {wl[key]!r}{ctx}", key, "workload")
     if not isinstance(wl.get("hotplug", False), bool):
@@ -431,7 +435,9 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))
     elif kind == "hackbench":
         groups = max(1, round(cpu_value(wl.get("groups", "ncpu"), ncpu, "groups")))
-        argv = ("hackbench", "-g", str(groups), "-l", str(wl.get("loops", 1000)))
+        # pipes by default: the lab's guest kernels are built without networking (no socketpair)
+        argv = ("hackbench", *(("-p",) if wl.get("pipe", True) else ()), "-g", str(groups), "-l",
+                str(wl.get("loops", 1000)))  # fmt: skip
     else:  # simulator only
         argv = (kind,)
     table = dict(wl)
@@ -455,5 +461,5 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         sysctls={k: str(v) for k, v in data.get("sysctl", {}).items()},
         workload=Workload(kind=kind, argv=argv, table=table), sides=sides, duration_s=duration,
         repetitions=int(data["repetitions"]),
-        lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])),
+        lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])), depth=int(cg.get("depth", 1)),
     )  # fmt: skip

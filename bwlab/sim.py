@@ -140,7 +140,8 @@ def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict
     kind = spec.workload.kind
 
     def placed(behaviors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        return [{"group": 0, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(behaviors)]
+        leaf = spec.depth - 1  # nested groups: the workload runs in the deepest
+        return [{"group": leaf, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(behaviors)]
 
     if kind in ("sysbench-cpu", "sysbench-threads"):
         # sysbench threads' lock/yield loop never sleeps: as CPU-bound as sysbench cpu
@@ -188,6 +189,7 @@ def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
     group = {"name": spec.scenario, "period_ns": spec.period_us * 1000,
              "quota_ns": None if spec.quota_us is None else spec.quota_us * 1000,
              "burst_ns": spec.burst_us * 1000}  # fmt: skip
+    groups = [group] + [{**group, "name": f"{spec.scenario}/l{n}", "parent": n - 2} for n in range(2, spec.depth + 1)]
     writes = [{"group": 0, "at_ns": side.interval_us * 1000, "every_ns": side.interval_us * 1000,
                "period_ns": group["period_ns"], "quota_ns": group["quota_ns"], "burst_ns": group["burst_ns"]}
               for side in spec.sides if side.kind == "rewrite"]  # fmt: skip
@@ -198,7 +200,7 @@ def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
         "ncpu": ncpu, "hz": target.hz, "duration_ns": round(spec.duration_s * 1e9),
         "seed": target.seed * 1_000_003 + rep, "slice_ns": slice_us * 1000, "tick": target.tick,
         "jitter_ns": target.jitter_us * 1000, "latency_ns": list(target.latency_ns),
-        "features": list(policies.POLICIES[target.policy]), "groups": [group], "threads": threads,
+        "features": list(policies.POLICIES[target.policy]), "groups": groups, "threads": threads,
         "writes": writes, "record": record,
     }  # fmt: skip
     if requests is not None:

@@ -97,6 +97,38 @@ def test_v2_create_writes_cpu_max(tmp_path: Path) -> None:
         cgroup._LIVE.pop("bwlab-u", None)
 
 
+def test_v2_nested_groups_same_limits_tasks_in_the_deepest(tmp_path: Path) -> None:
+    (tmp_path / "cgroup.controllers").write_text("cpu cpuset\n")
+    (tmp_path / "cgroup.subtree_control").write_text("")
+    grp = cgroup.detect(tmp_path).create("bwlab-n", 100000, 50000, 20000, None, depth=3)
+    try:
+        top = tmp_path / "bwlab-n"
+        for level in (top, top / "l2", top / "l2" / "l3"):
+            assert (level / "cpu.max").read_text() == "50000 100000"
+            assert (level / "cpu.max.burst").read_text() == "20000"
+        assert (top / "cgroup.subtree_control").read_text() == "+cpu"
+        assert (top / "l2" / "cgroup.subtree_control").read_text() == "+cpu"
+        assert grp.procs_files == [top / "l2" / "l3" / "cgroup.procs"]
+        assert grp.stat_file == top / "cpu.stat"  # the top group's view
+    finally:
+        cgroup._LIVE.pop("bwlab-n", None)
+
+
+def test_v1_nested_groups_in_every_hierarchy(tmp_path: Path) -> None:
+    fake_v1(tmp_path)
+    grp = cgroup.detect(tmp_path).create("bwlab-m", 10000, 20000, 0, "0", depth=2)
+    try:
+        for name in ("cpu", "cpuacct", "cpuset"):
+            assert (tmp_path / name / "bwlab-m" / "l2").is_dir()
+        for level in (tmp_path / "cpu" / "bwlab-m", tmp_path / "cpu" / "bwlab-m" / "l2"):
+            assert (level / "cpu.cfs_quota_us").read_text() == "20000"
+            assert (level / "cpu.cfs_period_us").read_text() == "10000"
+        assert (tmp_path / "cpuset" / "bwlab-m" / "l2" / "cpuset.cpus").read_text() == "0"
+        assert sorted(p.parent.name for p in grp.procs_files) == ["l2", "l2", "l2"]
+    finally:
+        cgroup._LIVE.pop("bwlab-m", None)
+
+
 def test_create_failure_is_clear(tmp_path: Path) -> None:
     (tmp_path / "cgroup.controllers").write_text("cpu\n")
     (tmp_path / "cgroup.subtree_control").write_text("cpu\n")

@@ -27,6 +27,17 @@ def test_render_plan_sysctl_and_cpuset() -> None:
     assert "echo 'max 100000' > /sys/fs/cgroup/bwlab-1-0/cpu.max" in cg_plan
 
 
+def test_render_plan_nested_groups() -> None:
+    specs = scenario.load(scenario.builtin_path("hierarchy")).resolve(2)
+    plan = guest.render_plan(specs)
+    top = "/sys/fs/cgroup/bwlab-1-0"
+    for level in (top, f"{top}/l2", f"{top}/l2/l3"):
+        assert f"mkdir {level}\n" in plan and f"echo '100000 100000' > {level}/cpu.max" in plan
+    assert f"echo +cpu > {top}/l2/cgroup.subtree_control" in plan
+    assert f"echo $$ > {top}/l2/l3/cgroup.procs" in plan
+    assert f"cat {top}/cpu.stat" in plan
+
+
 RESULTS = """noise\r
 BWLAB-HELLO release=7.3.4 ncpu=2 slice_us=5000\r
 BWLAB-BEGIN 0 0\r
