@@ -12,7 +12,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from bwlab import results
-from bwlab.stats import histogram, summarize
+from bwlab.stats import summarize
 
 # Metrics shown in tables, in order, with their heading and scale.
 COLUMNS: list[tuple[str, str, float]] = [
@@ -28,6 +28,8 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("p50_us", "sleep p50 ms", 1e-3),
     ("p99_us", "sleep p99 ms", 1e-3),
     ("max_us", "sleep max ms", 1e-3),
+    ("wakeup_p99_us", "wakeup p99 ms", 1e-3),
+    ("nr_bursts", "nr_bursts", 1.0),
     ("hackbench_s", "hackbench s", 1.0),
 ]
 
@@ -103,7 +105,19 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
     return path
 
 
+# What a scenario's latency samples are, by workload (argv[0] of the case's settings).
+SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)"}
+
+
+def _workload(doc: dict[str, Any]) -> str:
+    cases = doc.get("cases") or [{}]
+    argv = cases[0].get("settings", {}).get("workload") or ["?"]
+    return str(argv[0])
+
+
 def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+    """Latency CDFs, one panel per target/kernel, one line per case: log-scale x, and a logit
+    y axis so that p99 and p99.9 are as readable as the median."""
     panels = []
     for doc in docs:
         per_case = {c["case"]: [s for r in c["reps"] for s in r.get("samples_us", [])] for c in doc["cases"]}
@@ -111,27 +125,59 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
             panels.append((doc, per_case))
     if not panels:
         return None
-    top = max(s for _, pc in panels for v in pc.values() for s in v) / 1000
-    edges = [i * max(1.0, top / 40) for i in range(42)]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 2.8 * len(panels)), squeeze=False)
+    fig, axes = plt.subplots(len(panels), 1, figsize=(8, 3.2 * len(panels)), squeeze=False)
     for ax, (doc, per_case) in zip(axes[:, 0], panels, strict=True):
         for case, samples in per_case.items():
             if not samples:
                 continue
-            counts = histogram([s / 1000 for s in samples], edges)
-            pct = [100 * c / len(samples) for c in counts]
-            ax.step(edges[:-1], pct, where="post", label=f"{case} (n={len(samples)})")
-        ax.set_yscale("symlog", linthresh=1)
-        ax.set_xlabel("sleep of 10 ms took (ms)")
-        ax.set_ylabel("% of sleeps")
+            xs = sorted(max(s, 1) / 1000 for s in samples)  # ms; 1 us floor for the log axis
+            n = len(xs)
+            ys = [(i + 0.5) / n for i in range(n)]  # plotting positions, strictly inside (0, 1)
+            ax.step(xs, ys, where="post", label=f"{case} (n={n})")
+        ax.set_xscale("log")
+        ax.set_yscale("logit")
+        ax.set_ylim(0.01, 0.9995)
+        ax.grid(True, which="major", alpha=0.3)
+        ax.set_xlabel(SAMPLE_AXIS.get(_workload(doc), "latency (ms)"))
+        ax.set_ylabel("fraction of samples <= x")
         ax.set_title(_label(doc), fontsize=9)
-        ax.legend(fontsize=8)
-    fig.suptitle(f"{scenario}: sleep latency histogram")
+        ax.legend(fontsize=8, loc="lower right")
+    fig.suptitle(f"{scenario}: latency CDF")
     fig.tight_layout()
     path = out / f"{scenario}-latency.png"
     fig.savefig(path, dpi=110)
     plt.close(fig)
     return path
+
+
+# The seed's (burst patch, schbench) table: percentiles down, variants across.
+PERCENTILE_ROWS = [("p50", "50.0th"), ("p75", "75.0th"), ("p90", "90.0th"), ("p95", "95.0th"),
+                   ("p99", "*99.0th"), ("p995", "99.5th"), ("p999", "99.9th"), ("max", "max")]  # fmt: skip
+
+
+def _latency_table(sdocs: list[dict[str, Any]], prefix: str, what: str) -> list[str]:
+    """Percentiles of `prefix` metrics (us) as mean over repetitions, one column per target and
+    case, with the group's burst and throttling counters underneath."""
+    cols = [(doc["meta"]["label"], case, metrics) for doc in sdocs for case, metrics in case_summaries(doc)
+            if f"{prefix}_p99_us" in metrics]  # fmt: skip
+    if not cols:
+        return []
+    lines = [f"{what} percentiles (µs), mean over repetitions:", "",
+             "| | " + " | ".join(f"{label}: {case}" for label, case, _ in cols) + " |",
+             "|---|" + "---|" * len(cols)]  # fmt: skip
+
+    def cell(metrics: dict[str, dict[str, Any]], key: str, scale: float = 1.0) -> str:
+        summary = metrics.get(key)
+        return _num(summary["mean"] * scale) if summary and summary["n"] else "-"
+
+    for key, head in PERCENTILE_ROWS:
+        lines.append(f"| {head} | " + " | ".join(cell(m, f"{prefix}_{key}_us") for *_, m in cols) + " |")
+    for key, head, scale in (("rps_achieved", "rps", 1.0), ("nr_bursts", "nr_bursts", 1.0),
+                             ("burst_us", "burst_time (ms)", 1e-3), ("nr_throttled", "nr_throttled", 1.0),
+                             ("throttled_pct", "throttled %", 1.0)):  # fmt: skip
+        if any(key in m for *_, m in cols):
+            lines.append(f"| {head} | " + " | ".join(cell(m, key, scale) for *_, m in cols) + " |")
+    return [*lines, ""]
 
 
 def summary_rows(
@@ -208,6 +254,7 @@ def write_report(directory: Path) -> Path:
         lines.append("")
         if len({c for d in sdocs for c, m in case_summaries(d) if "throttled_pct" in m}) > 1:
             lines += _pivot(sdocs, "throttled_pct", "Throttled periods (%)")
+        lines += _latency_table(sdocs, "wakeup", "Wakeup latency")
         for plot in (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory)):
             if plot is not None:
                 lines += [f"![{plot.stem}]({plot.name})", ""]

@@ -18,7 +18,6 @@ from bwlab.progress import console, step
 
 # Bandwidth policies table2 is measured under on the patched kernel (see policies.py).
 TABLE2_POLICIES = ("unthrottle-slice", "slush", "clip-slice", "early-refill", "all")
-QUICK_TABLE2_POLICIES = ("slush", "all")
 
 
 @dataclass(frozen=True)
@@ -41,6 +40,7 @@ class Job:
     what: str  # scenario name, or "kselftest"
     kernel: Kernel | None = None  # None: the host
     policy: str | None = None
+    overrides: tuple[tuple[str, object], ...] = ()  # the scenario's settings trimmed (--quick)
 
     def describe(self) -> str:
         if self.kernel is None:
@@ -49,28 +49,48 @@ class Job:
         return f"{self.what} in {label}"
 
 
+# --quick: one repetition of every scenario, shortened; the tail of burst's latency needs a
+# few hundred requests, hierarchy is loop-bounded (its duration_s is only a time-out).
+QUICK_OVERRIDES: dict[str, dict[str, object]] = {
+    "burst": {"repetitions": 1, "duration_s": 10},
+    "hierarchy": {"repetitions": 1, "workload.loops": 1000},
+}
+QUICK_DEFAULT: dict[str, object] = {"repetitions": 1, "duration_s": 3}
+
+
+def _quick(jobs: list[Job]) -> list[Job]:
+    return [Job(j.what, j.kernel, j.policy, tuple(QUICK_OVERRIDES.get(j.what, QUICK_DEFAULT).items()))
+            for j in jobs]  # fmt: skip
+
+
 def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     """The evaluation: lab scenarios on host and baseline guest, the series' scenarios on
     baseline and patched guests (HZ=250 and 1000), overhead on lock-statistics kernels,
-    stress on a debug kernel. `quick` keeps timerlat, table2, rewrite-storm and the kselftest."""
+    stress on a debug kernel. `quick`: every scenario family once, short, at HZ=250 on host,
+    baseline and patched (all) guests, without the kselftest, overhead, stress and HZ=1000."""
+    if quick:
+        lab = ["timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"]
+        jobs = [Job(w) for w in lab] if host else []
+        if guest:
+            jobs += [Job(w, Kernel(False)) for w in lab]
+            if patched:
+                jobs += [Job(w, Kernel(True), "all") for w in ("table2", "rewrite-storm", "burst", "hierarchy")]
+        return _quick(jobs)
     base, patch = Kernel(False), Kernel(True)
-    jobs: list[Job] = []
+    jobs = []
     # timerlat: the machine's timer latency under load, which the simulator replays (validate)
+    lab = ["timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"]
     if host:
-        jobs += [Job("timerlat"), Job("table2"), Job("rewrite-storm")]
-        jobs += [] if quick else [Job("cglat"), Job("slice")]
+        jobs += [Job(w) for w in lab]
     if not guest:
         return jobs
-    jobs += [Job("timerlat", base), Job("table2", base), Job("rewrite-storm", base)]
-    if not quick:
-        jobs += [Job("cglat", base), Job("slice", base)]
+    jobs += [Job(w, base) for w in lab]
     if not patched:
         return jobs
-    jobs += [Job("table2", patch, p) for p in (QUICK_TABLE2_POLICIES if quick else TABLE2_POLICIES)]
+    jobs += [Job("table2", patch, p) for p in TABLE2_POLICIES]
     jobs += [Job("rewrite-storm", patch, "all"), Job("kselftest", base), Job("kselftest", patch)]
-    if quick:
-        return jobs
-    jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all")]
+    jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all"), Job("burst", patch, "all"),
+             Job("hierarchy", patch, "all")]  # fmt: skip
     base1000, patch1000 = Kernel(False, 1000), Kernel(True, 1000)
     jobs += [Job("timerlat", base1000), Job("table2", base1000), Job("table2", patch1000, "slush"),
              Job("table2", patch1000, "all"),
@@ -107,8 +127,9 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
         start = time.monotonic()
         try:
             with step(job.describe()):
+                settings = {**dict(job.overrides), **overrides}  # the command line's --reps/--duration win
                 if job.kernel is None:
-                    runner.run_host(scenario.load(scenario.find(job.what), overrides), out)
+                    runner.run_host(scenario.load(scenario.find(job.what), settings), out)
                     continue
                 if source is None:
                     raise BwlabError("guest runs need the kernel source")
@@ -119,7 +140,7 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
                     label = runner.guest_label(image.variant_name, None, image.hz)
                     kselftest.run(image, test_cpu, vcpus, out, label)
                 else:
-                    sc = scenario.load(scenario.find(job.what), overrides)
+                    sc = scenario.load(scenario.find(job.what), settings)
                     runner.run_guest(sc, image, vcpus, out, image.variant_name, policy=job.policy)
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")

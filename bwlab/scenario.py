@@ -309,7 +309,8 @@ def _label(dotted: str, value: Any) -> str:
 def load(path: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     """Read, validate and expand a scenario file. Errors name the file, line and key.
 
-    `overrides` replaces top-level settings (repetitions, duration_s) for quick runs."""
+    `overrides` replaces top-level settings (repetitions, duration_s) for quick runs, and
+    "section.key" entries (e.g. "workload.loops") replace a key of a table."""
     try:
         text = path.read_text()
     except OSError as exc:
@@ -324,7 +325,14 @@ def load(path: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     name = data.get("name")
     if not isinstance(name, str) or not re.match(r"^[a-z0-9][a-z0-9_-]*$", name):
         raise _err(path, text, f"name must be a lowercase identifier, got {name!r}", "name")
-    data.update(overrides or {})
+    for key, value in (overrides or {}).items():
+        section, dot, sub = key.partition(".")
+        if dot:
+            if not isinstance(data.get(section, {}), dict):
+                raise ScenarioError(f"{path}: override {key}: {section} is not a table")
+            data[section] = {**data.get(section, {}), sub: value}
+        else:
+            data[key] = value
     data.setdefault("repetitions", 3)
     data.setdefault("duration_s", 10)
     sc = Scenario(name=name, path=path, text=text, data=data)
@@ -426,7 +434,8 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "wakelat":
         workers = max(1, round(cpu_value(wl.get("workers", "ncpu*2"), ncpu, "workers")))
         msgs = int(wl.get("msg_threads", 1))
-        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{cpu_value(wl['rps'], ncpu, 'rps') if 'rps' in wl else 0:g}",
+        rps = cpu_value(wl["rps"], ncpu, "rps") if "rps" in wl else 0
+        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{rps:g}",
                 "-b", str(wl.get("batch", 1)), *(("-p",) if wl.get("poisson") else ()),
                 "-c", str(wl.get("burn_us", 1000)), "-s", str(wl.get("sleep_us", 0)),
                 *(("-S", str(wl["slice_us"])) if "slice_us" in wl else ()), "-d", dur_arg)  # fmt: skip

@@ -23,8 +23,8 @@ def test_render_plan_sysctl_and_cpuset() -> None:
     assert "echo 1000 > /proc/sys/kernel/sched_cfs_bandwidth_slice_us" in slice_plan
     assert "OLD_0_kernel_sched_cfs_bandwidth_slice_us=$(cat" in slice_plan
     cg_plan = guest.render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
-    assert "echo 0 > /sys/fs/cgroup/bwlab-1-0/cpuset.cpus" in cg_plan
-    assert "echo 'max 100000' > /sys/fs/cgroup/bwlab-1-0/cpu.max" in cg_plan
+    assert "echo 0 > /sys/fs/cgroup/bwlab-2-0/cpuset.cpus" in cg_plan
+    assert "echo 'max 100000' > /sys/fs/cgroup/bwlab-2-0/cpu.max" in cg_plan
 
 
 def test_render_plan_nested_groups() -> None:

@@ -1,12 +1,12 @@
 from __future__ import annotations
 
-from bwlab import policies, reproduce
+from bwlab import policies, reproduce, scenario
 from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
 
 
 def test_plan_without_series_is_the_lab() -> None:
     jobs = reproduce.plan(patched=False, host=True, guest=True, quick=False)
-    assert {j.what for j in jobs} == {"timerlat", "table2", "rewrite-storm", "cglat", "slice"}
+    assert {j.what for j in jobs} == {"timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"}
     assert all(j.kernel is None or not j.kernel.patched for j in jobs)
 
 
@@ -29,7 +29,27 @@ def test_full_plan_covers_the_evaluation() -> None:
 
 def test_quick_and_partial_plans() -> None:
     quick = reproduce.plan(patched=True, host=True, guest=True, quick=True)
-    assert {j.what for j in quick} == {"timerlat", "table2", "rewrite-storm", "kselftest"}
+    assert {j.what for j in quick} == {"timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"}
     assert all(j.kernel is None or j.kernel.hz == 250 for j in quick)
+    assert all(dict(j.overrides)["repetitions"] == 1 for j in quick)  # trimmed to one repetition
+    patched = {j.what for j in quick if j.kernel and j.kernel.patched}
+    assert {"burst", "hierarchy", "table2"} <= patched
     assert all(j.kernel is None for j in reproduce.plan(patched=True, host=True, guest=False, quick=False))
     assert all(j.kernel is not None for j in reproduce.plan(patched=True, host=False, guest=True, quick=True))
+
+
+def test_burst_and_hierarchy_on_every_kernel() -> None:
+    jobs = reproduce.plan(patched=True, host=True, guest=True, quick=False)
+    for what in ("burst", "hierarchy"):
+        where = {(None if j.kernel is None else (j.kernel.patched, j.policy)) for j in jobs if j.what == what}
+        assert where == {None, (False, None), (True, "all")}
+    assert not any(j.overrides for j in jobs)  # the full run uses the scenarios as written
+
+
+def test_quick_overrides_load() -> None:
+    for job in reproduce.plan(patched=True, host=True, guest=True, quick=True):
+        if job.what != "kselftest":
+            specs = scenario.load(scenario.find(job.what), dict(job.overrides)).resolve(2)
+            assert all(s.repetitions == 1 for s in specs)
+    (spec, _) = scenario.load(scenario.find("hierarchy"), {"workload.loops": 7}).resolve(2)
+    assert spec.workload.argv[-1] == "7"

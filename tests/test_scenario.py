@@ -53,6 +53,8 @@ def test_cglat_quota_vs_cpuset_half_cpus() -> None:
     specs = {s.case: s for s in scenario.load(scenario.builtin_path("cglat")).resolve(4)}
     assert specs["quota"].quota_us == 2 * 100000 and specs["quota"].cpus is None
     assert specs["cpuset"].quota_us is None and specs["cpuset"].cpus == "0-1"
+    assert specs["quota-burst"].quota_us == specs["quota-burst"].burst_us == 2 * 100000
+    assert specs["quota"].burst_us == 0
     one = {s.case: s for s in scenario.load(scenario.builtin_path("cglat")).resolve(1)}
     assert one["quota"].quota_us == 100000  # at least one CPU... of quota
     assert one["cpuset"].cpus is None  # one CPU of one is all CPUs
