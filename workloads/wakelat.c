@@ -33,10 +33,9 @@
 #include <time.h>
 #include <unistd.h>
 
-#define MAX_SAMPLES 2000000
+#include "lat.h"
 
-static const double PCTS[] = { 50, 75, 90, 95, 99, 99.5, 99.9 };
-#define NPCTS (sizeof(PCTS) / sizeof(PCTS[0]))
+#define MAX_SAMPLES 2000000
 
 struct samples {
 	pthread_mutex_t lock;
@@ -72,71 +71,12 @@ static atomic_int stop;
 static atomic_long completed;
 static struct samples wake_samples, req_samples;
 
-static int64_t now_ns(clockid_t clk)
-{
-	struct timespec ts;
-
-	clock_gettime(clk, &ts);
-	return (int64_t)ts.tv_sec * 1000000000 + ts.tv_nsec;
-}
-
 static void add_sample(struct samples *s, int64_t v)
 {
 	pthread_mutex_lock(&s->lock);
 	if (s->n < MAX_SAMPLES)
 		s->v[s->n++] = v;
 	pthread_mutex_unlock(&s->lock);
-}
-
-static int cmp64(const void *a, const void *b)
-{
-	int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest rank: the smallest value with at least p % of the samples at or below it. */
-static int64_t percentile(const int64_t *sorted, long n, double p)
-{
-	double x = p / 100.0 * (double)n;
-	long rank = (long)x;
-
-	if ((double)rank < x) /* ceil without libm */
-		rank++;
-
-	if (rank < 1)
-		rank = 1;
-	if (rank > n)
-		rank = n;
-	return sorted[rank - 1];
-}
-
-static void print_stats(const char *name, int64_t *v, long n, int div)
-{
-	qsort(v, (size_t)n, sizeof(*v), cmp64);
-	printf("\"%s\": {\"n\": %ld", name, n);
-	for (size_t i = 0; i < NPCTS && n > 0; i++) {
-		char key[16];
-
-		snprintf(key, sizeof(key), "p%g", PCTS[i]);
-		for (char *c = key; *c; c++)
-			if (*c == '.')
-				*c = '_';
-		printf(", \"%s\": %.3f", key, (double)percentile(v, n, PCTS[i]) / div);
-	}
-	if (n > 0)
-		printf(", \"max\": %.3f", (double)v[n - 1] / div);
-	printf("}");
-}
-
-static void burn(long us)
-{
-	int64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + us * 1000;
-	volatile uint64_t x = 1;
-
-	while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-		for (int i = 0; i < 200; i++)
-			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 }
 
 /* EEVDF's custom slice (sched_attr.sched_runtime for SCHED_OTHER, Linux 6.12+). */
@@ -271,34 +211,6 @@ static void *msg_main(void *arg)
 	return NULL;
 }
 
-static long parse_long(const char *arg, const char *what, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || *end || end == arg || v < min || v > max) {
-		fprintf(stderr, "wakelat: %s must be an integer in %ld..%ld, got '%s'\n", what, min, max, arg);
-		exit(2);
-	}
-	return v;
-}
-
-static double parse_double(const char *arg, const char *what, double min, double max)
-{
-	char *end;
-	double v;
-
-	errno = 0;
-	v = strtod(arg, &end);
-	if (errno || *end || end == arg || !(v >= min && v <= max)) {
-		fprintf(stderr, "wakelat: %s must be a number in %g..%g, got '%s'\n", what, min, max, arg);
-		exit(2);
-	}
-	return v;
-}
-
 static int percentiles_from_stdin(void)
 {
 	static int64_t v[MAX_SAMPLES];
@@ -313,7 +225,7 @@ static int percentiles_from_stdin(void)
 			return 2;
 		}
 		line[strcspn(line, "\n")] = 0;
-		v[n++] = parse_long(line, "a value", LONG_MIN / 2, LONG_MAX / 2);
+		v[n++] = parse_long("wakelat", line, "a value", LONG_MIN / 2, LONG_MAX / 2);
 	}
 	printf("{");
 	print_stats("values", v, n, 1);
@@ -348,15 +260,15 @@ int main(int argc, char **argv)
 		return percentiles_from_stdin();
 	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:d:h")) != -1) {
 		switch (opt) {
-		case 'm': nmsg = (int)parse_long(optarg, "-m", 1, 64); break;
-		case 't': nworkers = (int)parse_long(optarg, "-t", 1, 1024); break;
-		case 'r': rps = parse_double(optarg, "-r", 0, 1e7); break;
-		case 'b': batch = (int)parse_long(optarg, "-b", 1, 100000); break;
+		case 'm': nmsg = (int)parse_long("wakelat", optarg, "-m", 1, 64); break;
+		case 't': nworkers = (int)parse_long("wakelat", optarg, "-t", 1, 1024); break;
+		case 'r': rps = parse_double("wakelat", optarg, "-r", 0, 1e7); break;
+		case 'b': batch = (int)parse_long("wakelat", optarg, "-b", 1, 100000); break;
 		case 'p': poisson = 1; break;
-		case 'c': burn_us = parse_long(optarg, "-c", 0, 10000000); break;
-		case 's': sleep_us = parse_long(optarg, "-s", 0, 10000000); break;
-		case 'S': slice_us = parse_long(optarg, "-S", 100, 100000); break;
-		case 'd': duration_s = parse_double(optarg, "-d", 0.01, 86400); break;
+		case 'c': burn_us = parse_long("wakelat", optarg, "-c", 0, 10000000); break;
+		case 's': sleep_us = parse_long("wakelat", optarg, "-s", 0, 10000000); break;
+		case 'S': slice_us = parse_long("wakelat", optarg, "-S", 100, 100000); break;
+		case 'd': duration_s = parse_double("wakelat", optarg, "-d", 0.01, 86400); break;
 		default: usage(); return 2;
 		}
 	}
