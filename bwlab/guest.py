@@ -24,12 +24,12 @@ from bwlab import tools
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep
-from bwlab.scenario import RunSpec
+from bwlab.scenario import CGROUP_ARG, RunSpec
 
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
 # Every guest carries all of these, so a scenario can use any of them.
-GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite", "cgstress", "wakelat")
+GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite", "cgstress", "wakelat", "funcs")
 # Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
 SPLAT_PATTERNS = [
     re.compile(p)
@@ -110,7 +110,8 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
             for si, side in enumerate(spec.sides):
                 lines.append(f"/bin/cgwrite {g}/cpu.max {q(bw_value)} {side.interval_us} "
                              f"> /tmp/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
-            argv = " ".join(q(a) for a in ("/bin/" + spec.workload.argv[0], *spec.workload.argv[1:]))
+            args = (leaf if a == CGROUP_ARG else a for a in spec.workload.argv[1:])
+            argv = " ".join(q(a) for a in ("/bin/" + spec.workload.argv[0], *args))
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
                 f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",

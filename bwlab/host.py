@@ -17,7 +17,7 @@ from pathlib import Path
 from bwlab import cgroup, tools
 from bwlab.errors import BwlabError
 from bwlab.metrics import RawRep
-from bwlab.scenario import RunSpec
+from bwlab.scenario import CGROUP_ARG, RunSpec
 
 # How far past its nominal duration a workload may run before it counts as hung.
 GRACE_FACTOR = 3.0
@@ -44,7 +44,7 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> Non
 
 def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
     """One repetition: fresh group, side actions, workload inside, cpu.stat before/after."""
-    argv = [str(tools.resolve(spec.workload.argv[0])), *spec.workload.argv[1:]]
+    program = str(tools.resolve(spec.workload.argv[0]))
     writer = tools.resolve("cgwrite") if spec.sides else None
     name = cgroup.unique_name(f"{spec.scenario}-{spec.case}-r{rep}")
     sides: list[subprocess.Popen[bytes]] = []
@@ -54,6 +54,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
         tempfile.TemporaryDirectory(prefix="bwlab-") as tmp_name,
     ):
         tmp = Path(tmp_name)
+        argv = [program, *(str(grp.leaves[0]) if a == CGROUP_ARG else a for a in spec.workload.argv[1:])]
         try:
             for i, side in enumerate(spec.sides):
                 if side.kind != "rewrite" or writer is None:

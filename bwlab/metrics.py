@@ -101,6 +101,31 @@ def parse_wakelat(stdout: str) -> tuple[dict[str, float], list[int]]:
     return out, samples
 
 
+def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
+    """funcs' JSON: throughput, completion-latency percentiles (us), context switches and
+    system time per completed request, /proc/schedstat deltas when the kernel has them."""
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        done = float(doc["completed"])
+        dur = float(doc["duration_s"])
+        out = {"requests_offered": float(doc["offered"]), "requests_done": done,
+               "requests_unfinished": float(doc["unfinished"]), "throughput_rps": float(doc["throughput_rps"]),
+               "ctx_switches_per_s": (float(doc["nvcsw"]) + float(doc["nivcsw"])) / dur,
+               "ctx_switches_per_req": (float(doc["nvcsw"]) + float(doc["nivcsw"])) / done if done else 0.0,
+               "sys_us_per_req": 1e6 * float(doc["stime_s"]) / done if done else 0.0}  # fmt: skip
+        for key, val in doc["latency_us"].items():
+            if key != "n":
+                out[f"completion_{key.replace('_', '')}_us"] = float(val)
+        if "schedstat" in doc:
+            st = doc["schedstat"]
+            out["sched_switches_per_s"] = float(st["sched_count"]) / dur
+            out["run_delay_ms_per_req"] = 1e3 * float(st["run_delay_s"]) / done if done else 0.0
+        samples = [int(s) for s in doc["samples_us"]]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BwlabError(f"funcs output is not its JSON document: {exc}") from exc
+    return out, samples
+
+
 def parse_hackbench(stdout: str) -> dict[str, float]:
     match = re.search(r"Time:\s*([\d.]+)", stdout)
     if not match:
@@ -109,7 +134,7 @@ def parse_hackbench(stdout: str) -> dict[str, float]:
 
 
 STRESS_COUNTERS = ("valid_writes", "invalid_writes", "einval_kept", "violations", "mkdir", "rmdir",
-                   "moves", "hotplug", "hotplug_errors", "scaled_by_timer")  # fmt: skip
+                   "moves", "hotplug", "hotplug_errors", "scaled_by_timer", "lags_writes")  # fmt: skip
 
 
 def parse_cgstress(stdout: str) -> dict[str, float]:
@@ -167,6 +192,9 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         out.update(parse_cgstress(raw.stdout))
     elif kind == "wakelat":
         lat, samples = parse_wakelat(raw.stdout)
+        out.update(lat)
+    elif kind == "funcs":
+        lat, samples = parse_funcs(raw.stdout)
         out.update(lat)
     elif kind == "sysbench-threads":
         out.update(parse_sysbench_threads(raw.stdout))

@@ -31,6 +31,12 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("wakeup_p99_us", "wakeup p99 ms", 1e-3),
     ("nr_bursts", "nr_bursts", 1.0),
     ("hackbench_s", "hackbench s", 1.0),
+    ("throughput_rps", "requests/s", 1.0),
+    ("completion_p50_us", "completion p50 ms", 1e-3),
+    ("completion_p99_us", "completion p99 ms", 1e-3),
+    ("ctx_switches_per_req", "ctx switches/request", 1.0),
+    ("sys_us_per_req", "sys µs/request", 1.0),
+    ("sched_switches_per_s", "switches/s (schedstat)", 1.0),
 ]
 
 
@@ -106,7 +112,8 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
 
 
 # What a scenario's latency samples are, by workload (argv[0] of the case's settings).
-SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)"}
+SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)",
+               "funcs": "request completion latency (ms)"}  # fmt: skip
 
 
 def _workload(doc: dict[str, Any]) -> str:

@@ -54,13 +54,28 @@ class Job:
 QUICK_OVERRIDES: dict[str, dict[str, object]] = {
     "burst": {"repetitions": 1, "duration_s": 10},
     "hierarchy": {"repetitions": 1, "workload.loops": 1000},
+    # the densest, most loaded point only
+    "colocation": {
+        "repetitions": 1,
+        "duration_s": 10,
+        "matrix.workload.functions": ["ncpu*8"],
+        "matrix.workload.load": [1.2],
+    },
 }
+# Kernels without the LAGS patches run colocation with every group at 0 (the file is absent).
+LAGS_OFF: tuple[tuple[str, object], ...] = (("matrix.workload.latency_awareness", [0]),)
 QUICK_DEFAULT: dict[str, object] = {"repetitions": 1, "duration_s": 3}
 
 
 def _quick(jobs: list[Job]) -> list[Job]:
-    return [Job(j.what, j.kernel, j.policy, tuple(QUICK_OVERRIDES.get(j.what, QUICK_DEFAULT).items()))
+    return [Job(j.what, j.kernel, j.policy, tuple(QUICK_OVERRIDES.get(j.what, QUICK_DEFAULT).items()) + j.overrides)
             for j in jobs]  # fmt: skip
+
+
+def _colocation(kernel: Kernel | None) -> Job:
+    """colocation on the host or a kernel: LAGS on and off with the series, off without it."""
+    return Job("colocation", kernel, "all" if kernel and kernel.patched else None,
+               () if kernel and kernel.patched else LAGS_OFF)  # fmt: skip
 
 
 def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
@@ -72,25 +87,26 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
         lab = ["timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"]
         jobs = [Job(w) for w in lab] if host else []
         if guest:
-            jobs += [Job(w, Kernel(False)) for w in lab]
+            jobs += [Job(w, Kernel(False)) for w in lab] + [_colocation(Kernel(False))]
             if patched:
                 jobs += [Job(w, Kernel(True), "all") for w in ("table2", "rewrite-storm", "burst", "hierarchy")]
+                jobs.append(_colocation(Kernel(True)))
         return _quick(jobs)
     base, patch = Kernel(False), Kernel(True)
     jobs = []
     # timerlat: the machine's timer latency under load, which the simulator replays (validate)
     lab = ["timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"]
     if host:
-        jobs += [Job(w) for w in lab]
+        jobs += [Job(w) for w in lab] + [_colocation(None)]
     if not guest:
         return jobs
-    jobs += [Job(w, base) for w in lab]
+    jobs += [Job(w, base) for w in lab] + [_colocation(base)]
     if not patched:
         return jobs
     jobs += [Job("table2", patch, p) for p in TABLE2_POLICIES]
     jobs += [Job("rewrite-storm", patch, "all"), Job("kselftest", base), Job("kselftest", patch)]
     jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all"), Job("burst", patch, "all"),
-             Job("hierarchy", patch, "all")]  # fmt: skip
+             Job("hierarchy", patch, "all"), _colocation(patch)]  # fmt: skip
     base1000, patch1000 = Kernel(False, 1000), Kernel(True, 1000)
     jobs += [Job("timerlat", base1000), Job("table2", base1000), Job("table2", patch1000, "slush"),
              Job("table2", patch1000, "all"),

@@ -28,6 +28,8 @@ TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysct
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
+FUNCS_KEYS = {"kind", "functions", "load", "zipf", "median_us", "sigma", "on_ms", "off_ms", "workers"}
+FUNCS_KEYS.add("latency_awareness")
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
@@ -35,12 +37,16 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "cgstress": {"kind", "burners", "hotplug"},
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
     "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
+    "funcs": FUNCS_KEYS,
     # simulator only (until real workloads of these shapes exist in workloads/)
     "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
     "requests": {"kind", "workers", "rps", "service_us", "dist"},
     "trace": {"kind", "file", "repeat"},
 }
 SIM_ONLY = {"onoff", "requests", "trace"}
+# In a workload's argv: the directory of the group it runs in (cpu controller), filled in by
+# the runner; funcs makes its per-function child groups there.
+CGROUP_ARG = "@CGROUP@"
 DISTS = ("fixed", "exp", "uniform", "lognormal")
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
@@ -231,9 +237,17 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
         if key not in WORKLOAD_KEYS[kind]:
             raise _err(p, t, f"unknown key '{key}' for workload {kind!r} "
                        f"(known: {', '.join(sorted(WORKLOAD_KEYS[kind]))})", key, "workload")  # fmt: skip
-    for key in ("threads", "burners", "groups", "workers"):
+    for key in ("threads", "burners", "groups", "workers", "functions"):
         if key in wl:
             need_cpu("workload", key, wl[key], "")
+    for key, flo, fhi in (("load", 0.001, 100.0), ("zipf", 0.0, 10.0), ("median_us", 1.0, 1e7),
+                          ("sigma", 0.0, 5.0), ("on_ms", 1.0, 1e7), ("off_ms", 0.0, 1e7)):  # fmt: skip
+        val = wl.get(key, flo)
+        if isinstance(val, bool) or not isinstance(val, int | float) or not flo <= val <= fhi:
+            raise _err(p, t, f"[workload] {key} must be a number in {flo:g}..{fhi:g}, got {val!r}{ctx}",
+                       key, "workload")  # fmt: skip
+    if "latency_awareness" in wl:
+        need_int("workload", "latency_awareness", wl["latency_awareness"], 0, 1)
     probe = need_table("probe", PROBE_KEYS)
     classes = probe.get("lock_classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
@@ -447,10 +461,19 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         # pipes by default: the lab's guest kernels are built without networking (no socketpair)
         argv = ("hackbench", *(("-p",) if wl.get("pipe", True) else ()), "-g", str(groups), "-l",
                 str(wl.get("loops", 1000)))  # fmt: skip
+    elif kind == "funcs":
+        funcs = max(1, round(cpu_value(wl.get("functions", "ncpu*4"), ncpu, "functions")))
+        opts = [("-l", "load", 1.0), ("-z", "zipf", 1.0), ("-m", "median_us", 5000), ("-s", "sigma", 1.0),
+                ("-B", "on_ms", 1000), ("-O", "off_ms", 3000)]  # fmt: skip
+        workers = max(1, round(cpu_value(wl.get("workers", 2), ncpu, "workers")))
+        argv = ("funcs", "-n", str(funcs), "-c", str(ncpu), "-w", str(workers), "-d", dur_arg,
+                *(a for flag, key, default in opts for a in (flag, f"{float(wl.get(key, default)):g}")),
+                "-G", CGROUP_ARG,
+                *(("-L", str(wl["latency_awareness"])) if "latency_awareness" in wl else ()))  # fmt: skip
     else:  # simulator only
         argv = (kind,)
     table = dict(wl)
-    for key in ("threads", "burners", "groups", "workers"):
+    for key in ("threads", "burners", "groups", "workers", "functions"):
         if key in table:
             table[key] = max(1, round(cpu_value(table[key], ncpu, key)))
     if "rps" in table:

@@ -44,5 +44,6 @@ def test_stress_on_debug_kernel_is_clean(debug_key: str, tmp_path: Path) -> None
     assert metrics["stress_invalid_writes"] > 20 and metrics["stress_einval_kept"] == metrics["stress_invalid_writes"]
     assert metrics["stress_hotplug"] > 5 and metrics["stress_hotplug_errors"] == 0
     assert metrics["stress_mkdir"] > 10 and metrics["stress_moves"] > 50
+    assert metrics["stress_lags_writes"] > 10  # latency-aware groups churned too (the series has LAGS)
     console = Path(doc["meta"]["console_log"]).read_text()
     assert "kcsan" in console.lower() or "KCSAN" in console  # the detector was live

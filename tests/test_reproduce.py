@@ -6,7 +6,8 @@ from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
 
 def test_plan_without_series_is_the_lab() -> None:
     jobs = reproduce.plan(patched=False, host=True, guest=True, quick=False)
-    assert {j.what for j in jobs} == {"timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"}
+    assert {j.what for j in jobs} == {"timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy",
+                                      "colocation"}  # fmt: skip
     assert all(j.kernel is None or not j.kernel.patched for j in jobs)
 
 
@@ -29,7 +30,8 @@ def test_full_plan_covers_the_evaluation() -> None:
 
 def test_quick_and_partial_plans() -> None:
     quick = reproduce.plan(patched=True, host=True, guest=True, quick=True)
-    assert {j.what for j in quick} == {"timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"}
+    assert {j.what for j in quick} == {"timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy",
+                                       "colocation"}  # fmt: skip
     assert all(j.kernel is None or j.kernel.hz == 250 for j in quick)
     assert all(dict(j.overrides)["repetitions"] == 1 for j in quick)  # trimmed to one repetition
     patched = {j.what for j in quick if j.kernel and j.kernel.patched}
@@ -43,7 +45,11 @@ def test_burst_and_hierarchy_on_every_kernel() -> None:
     for what in ("burst", "hierarchy"):
         where = {(None if j.kernel is None else (j.kernel.patched, j.policy)) for j in jobs if j.what == what}
         assert where == {None, (False, None), (True, "all")}
-    assert not any(j.overrides for j in jobs)  # the full run uses the scenarios as written
+    # the full run uses the scenarios as written; colocation without the series has LAGS off
+    assert all(not j.overrides for j in jobs if j.what != "colocation")
+    lags = sorted((str(j.kernel and j.kernel.patched), str(dict(j.overrides).get("matrix.workload.latency_awareness")))
+                  for j in jobs if j.what == "colocation")  # fmt: skip
+    assert lags == [("False", "[0]"), ("None", "[0]"), ("True", "None")]
 
 
 def test_quick_overrides_load() -> None:
@@ -53,3 +59,10 @@ def test_quick_overrides_load() -> None:
             assert all(s.repetitions == 1 for s in specs)
     (spec, _) = scenario.load(scenario.find("hierarchy"), {"workload.loops": 7}).resolve(2)
     assert spec.workload.argv[-1] == "7"
+    quick = {(j.kernel.patched if j.kernel else None): j for j in reproduce.plan(True, True, True, True)
+             if j.what == "colocation"}  # fmt: skip
+    base = scenario.load(scenario.find("colocation"), dict(quick[False].overrides)).resolve(2)
+    assert [s.workload.argv[s.workload.argv.index("-L") + 1] for s in base] == ["0"]
+    patched = scenario.load(scenario.find("colocation"), dict(quick[True].overrides)).resolve(2)
+    assert sorted(s.workload.argv[s.workload.argv.index("-L") + 1] for s in patched) == ["0", "1"]
+    assert all(s.workload.argv[s.workload.argv.index("-n") + 1] == "16" for s in patched)

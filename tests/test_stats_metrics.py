@@ -124,3 +124,20 @@ def test_parse_sysbench_threads() -> None:
     assert parse_sysbench_threads(out) == {"events": 500.0, "events_per_s": 250.0}
     with pytest.raises(BwlabError, match="sysbench threads output"):
         parse_sysbench_threads("nothing")
+
+
+def test_funcs_metrics() -> None:
+    doc = {"workload": "funcs", "duration_s": 10, "offered": 110, "completed": 100, "unfinished": 10,
+           "throughput_rps": 10.0, "nvcsw": 300, "nivcsw": 200, "stime_s": 0.05,
+           "schedstat": {"sched_count": 5000, "rq_cpu_time_s": 9.0, "run_delay_s": 2.0},
+           "latency_us": {"n": 110, "p50": 5000.0, "p99": 80000.0, "p99_9": 90000.0, "max": 95000.0},
+           "samples_us": [5000] * 110}  # fmt: skip
+    m, samples = metrics.parse_funcs(json.dumps(doc) + "\n")
+    assert m["throughput_rps"] == 10 and m["requests_unfinished"] == 10 and len(samples) == 110
+    assert m["ctx_switches_per_s"] == 50 and m["ctx_switches_per_req"] == 5
+    assert m["sys_us_per_req"] == 500 and m["sched_switches_per_s"] == 500 and m["run_delay_ms_per_req"] == 20
+    assert m["completion_p99_us"] == 80000 and m["completion_p999_us"] == 90000
+    del doc["schedstat"]
+    assert "sched_switches_per_s" not in metrics.parse_funcs(json.dumps(doc))[0]
+    with pytest.raises(BwlabError, match="funcs output"):
+        metrics.parse_funcs('{"workload": "funcs"}')

@@ -106,3 +106,67 @@ def test_wakelat_bursty_arrivals(bindir: Path) -> None:
 def test_wakelat_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     proc = subprocess.run([str(bindir / "wakelat"), *args], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+def run_funcs(bindir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bindir / "funcs"), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_funcs_offers_the_load(bindir: Path) -> None:
+    # 4 functions sharing 0.5 CPU of load, 2 ms median requests, bursts of 200 ms ON / 200 ms OFF
+    proc = run_funcs(bindir, "-n", "4", "-l", "0.5", "-c", "1", "-m", "2000", "-s", "0.5", "-B", "200",
+                     "-O", "200", "-d", "3")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    mean_ms = 2 * 2.718281828 ** (0.5**2 / 2)  # log-normal mean
+    expected = 0.5 * 3 / (mean_ms / 1000)  # requests in 3 s at half a CPU
+    assert 0.5 * expected <= doc["offered"] <= 1.6 * expected, (doc["offered"], expected)
+    assert doc["completed"] + doc["unfinished"] + doc["dropped"] == doc["offered"]
+    lat = doc["latency_us"]
+    assert lat["n"] == len(doc["samples_us"]) == doc["completed"] + doc["unfinished"]
+    assert lat["p50"] <= lat["p99"] <= lat["max"]
+    assert lat["p50"] >= 2000 * 0.5  # at least the burn of a typical request
+    assert doc["utime_s"] + doc["stime_s"] >= 0.5 * 0.5 * 3  # the servers did burn the load
+    assert doc["nvcsw"] > 0 and doc["latency_awareness"] == -1
+
+
+def fake_groups(root: Path, n: int, aware_file: bool = True) -> None:
+    """What a cgroup directory holds for funcs: cgroup.procs (and cpu.latency_awareness)."""
+    for i in range(n):
+        (root / f"func-{i}").mkdir()
+        (root / f"func-{i}" / "cgroup.procs").write_text("")
+        if aware_file:
+            (root / f"func-{i}" / "cpu.latency_awareness").write_text("0")
+
+
+def test_funcs_makes_a_group_per_function(bindir: Path, tmp_path: Path) -> None:
+    # a fake cgroup v1 directory (no cgroup.subtree_control): funcs moves each function's
+    # server into func-i and writes its cpu.latency_awareness
+    fake_groups(tmp_path, 3)
+    proc = run_funcs(bindir, "-n", "3", "-l", "0.2", "-c", "1", "-m", "1000", "-d", "1", "-G", str(tmp_path),
+                     "-L", "1")  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    pids = set()
+    for i in range(3):
+        group = tmp_path / f"func-{i}"
+        assert (group / "cpu.latency_awareness").read_text() == "1"
+        pids.add(int((group / "cgroup.procs").read_text()))
+    assert len(pids) == 3  # one server process per function
+    assert json.loads(proc.stdout)["latency_awareness"] == 1
+
+
+def test_funcs_latency_awareness_on_a_kernel_without_it(bindir: Path, tmp_path: Path) -> None:
+    fake_groups(tmp_path, 1, aware_file=False)
+    args = ["-n", "1", "-l", "0.1", "-c", "1", "-d", "0.5", "-G", str(tmp_path)]
+    proc = run_funcs(bindir, *args, "-L", "1")
+    assert proc.returncode == 1 and "cpu.latency_awareness" in proc.stderr and proc.stdout == ""
+    proc = run_funcs(bindir, *args, "-L", "0")  # 0 is what such a kernel does anyway
+    assert proc.returncode == 0, proc.stderr
+    proc = run_funcs(bindir, "-n", "2", "-d", "0.5", "-G", str(tmp_path))  # func-1 cannot be joined
+    assert proc.returncode == 1 and "func-1" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["-n", "0"], ["-l", "x"], ["-s", "9"], ["-L", "1"], ["-w", "0"], ["extra"]])
+def test_funcs_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = run_funcs(bindir, *args, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""

@@ -7,7 +7,9 @@
  *   - burners: busy processes, some with short sleeps, in nested groups G/gN[/c]
  *   - a writer: random valid and invalid cpu.max / cpu.max.burst (v1: cpu.cfs_*) writes
  *     to the live groups; every invalid write must fail (EINVAL, ERANGE) and leave the old
- *     value in place (checked by reading the file back)
+ *     value in place (checked by reading the file back); on kernels with latency-aware
+ *     groups also cpu.latency_awareness (0/1, and 2/-1/x which must be refused) and reads
+ *     of cpu.load_credit, so that LAGS groups are throttled, moved and removed too
  *   - a churner: creates nested groups with quotas, moves burners in while they are
  *     throttled, moves them out again and removes the groups
  *   - a migrator: moves burners between live groups at random
@@ -40,13 +42,14 @@ static int nburners = 8;
 static pid_t burners[MAX_BURNERS];
 static double duration_s = 60;
 static int hotplug;
+static int has_lags; /* cpu.latency_awareness exists */
 static atomic_int stop;
 
 /* live groups: slot i is "gI" (and its child "gI/c") when live[i] is set */
 static pthread_mutex_t groups_lock = PTHREAD_MUTEX_INITIALIZER;
 static int live[MAX_GROUPS];
 
-static atomic_long n_valid, n_invalid, n_einval, n_violations, n_vanished;
+static atomic_long n_valid, n_invalid, n_einval, n_violations, n_vanished, n_lags;
 static atomic_long n_mkdir, n_rmdir, n_rmdir_busy, n_moves, n_hotplug, n_hotplug_err, n_scaled;
 
 static unsigned int seed_of(int salt)
@@ -153,6 +156,7 @@ static const char *const invalid_max[] = {
 };
 
 static const char *const invalid_burst[] = { "-1", "abc", "99999999999999999999" };
+static const char *const invalid_lags[] = { "2", "-1", "x" };
 
 /*
  * Whether "q2 p2" is "q p" scaled by a power of two: the period timer scales period,
@@ -179,14 +183,22 @@ static void *writer(void *arg)
 
 	(void)arg;
 	while (!atomic_load(&stop)) {
-		int child, slot = pick_group(&seed, &child, 0), r = rand_r(&seed) % 10, err;
+		int child, slot = pick_group(&seed, &child, 0), r = rand_r(&seed) % (has_lags ? 12 : 10), err;
 		const char *file;
 
 		if (slot < 0) {
 			usleep(1000);
 			continue;
 		}
-		if (r < 6) { /* valid cpu.max / quota */
+		if (r == 10) { /* latency-aware or not, and its load credit */
+			group_path(path, sizeof(path), slot, child, "cpu.latency_awareness");
+			err = write_file(path, rand_r(&seed) % 2 ? "1" : "0");
+			group_path(path, sizeof(path), slot, child, "cpu.load_credit");
+			if (err == -ENOENT || err == -ENODEV || read_file(path, after, sizeof(after)) < 0)
+				atomic_fetch_add(&n_vanished, 1);
+			else
+				atomic_fetch_add(&n_lags, 1);
+		} else if (r < 6) { /* valid cpu.max / quota */
 			long period = 1000 + rand_r(&seed) % 100000;
 			long quota = 1000 + rand_r(&seed) % 200000;
 
@@ -215,7 +227,11 @@ static void *writer(void *arg)
 		} else { /* invalid: must be EINVAL and leave the value alone */
 			int burst = r == 9;
 
-			if (burst) {
+			if (r == 11) {
+				file = "cpu.latency_awareness";
+				snprintf(val, sizeof(val), "%s",
+					 invalid_lags[rand_r(&seed) % (sizeof(invalid_lags) / sizeof(*invalid_lags))]);
+			} else if (burst) {
 				file = v2 ? "cpu.max.burst" : "cpu.cfs_burst_us";
 				snprintf(val, sizeof(val), "%s",
 					 invalid_burst[rand_r(&seed) % (sizeof(invalid_burst) / sizeof(*invalid_burst))]);
@@ -477,6 +493,8 @@ static int setup(void)
 	}
 	snprintf(path, sizeof(path), "%s/cpu.max", base);
 	v2 = access(path, F_OK) == 0;
+	snprintf(path, sizeof(path), "%s/cpu.latency_awareness", base);
+	has_lags = access(path, F_OK) == 0;
 	snprintf(path, sizeof(path), "%s/ctl", base);
 	if (mkdir(path, 0755) < 0 && errno != EEXIST)
 		return -1;
@@ -572,11 +590,11 @@ int main(int argc, char **argv)
 	       "\"valid_writes\": %ld, \"invalid_writes\": %ld, \"einval_kept\": %ld, "
 	       "\"violations\": %ld, \"vanished\": %ld, \"mkdir\": %ld, \"rmdir\": %ld, "
 	       "\"rmdir_busy\": %ld, \"moves\": %ld, \"hotplug\": %ld, \"hotplug_errors\": %ld, "
-	       "\"scaled_by_timer\": %ld}\n",
+	       "\"scaled_by_timer\": %ld, \"lags_writes\": %ld}\n",
 	       base, v2 ? "true" : "false", duration_s, nburners, atomic_load(&n_valid),
 	       atomic_load(&n_invalid), atomic_load(&n_einval), atomic_load(&n_violations),
 	       atomic_load(&n_vanished), atomic_load(&n_mkdir), atomic_load(&n_rmdir),
 	       atomic_load(&n_rmdir_busy), atomic_load(&n_moves), atomic_load(&n_hotplug),
-	       atomic_load(&n_hotplug_err), atomic_load(&n_scaled));
+	       atomic_load(&n_hotplug_err), atomic_load(&n_scaled), atomic_load(&n_lags));
 	return atomic_load(&n_violations) ? 1 : 0;
 }
