@@ -116,9 +116,10 @@ def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
         for key, val in doc["latency_us"].items():
             if key != "n":
                 out[f"completion_{key.replace('_', '')}_us"] = float(val)
-        if "schedstat" in doc:
+        if "schedstat" in doc:  # sched_count only with kernel.sched_schedstats=1
             st = doc["schedstat"]
-            out["sched_switches_per_s"] = float(st["sched_count"]) / dur
+            if st["sched_count"]:
+                out["sched_switches_per_s"] = float(st["sched_count"]) / dur
             out["run_delay_ms_per_req"] = 1e3 * float(st["run_delay_s"]) / done if done else 0.0
         samples = [int(s) for s in doc["samples_us"]]
     except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:

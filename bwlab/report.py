@@ -36,7 +36,7 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("completion_p99_us", "completion p99 ms", 1e-3),
     ("ctx_switches_per_req", "ctx switches/request", 1.0),
     ("sys_us_per_req", "sys µs/request", 1.0),
-    ("sched_switches_per_s", "switches/s (schedstat)", 1.0),
+    ("run_delay_ms_per_req", "runqueue wait ms/request", 1.0),
 ]
 
 
@@ -157,6 +157,46 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
     return path
 
 
+def _plot_density(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+    """funcs scenarios (colocation): completion p99 and throughput against the number of
+    function groups, one line per target, latency awareness and offered load."""
+    lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
+    for doc in docs:
+        if _workload(doc) != "funcs":
+            continue
+        for case, summary in zip(doc["cases"], case_summaries(doc), strict=True):
+            argv = case.get("settings", {}).get("workload", [])
+            metrics = summary[1]
+            if "-n" not in argv or "completion_p99_us" not in metrics:
+                continue
+            funcs = float(argv[argv.index("-n") + 1])
+            load = argv[argv.index("-l") + 1] if "-l" in argv else "?"
+            aware = argv[argv.index("-L") + 1] if "-L" in argv else "-"
+            key = f"{doc['meta']['label']} LAGS={aware} load={load}"
+            lines[key].append((funcs, metrics["completion_p99_us"]["mean"] / 1000, metrics["throughput_rps"]["mean"]))
+    if not lines:
+        return None
+    fig, (ax_lat, ax_thr) = plt.subplots(1, 2, figsize=(12, 4.5))
+    for key, points in sorted(lines.items()):
+        points.sort()
+        xs = [p[0] for p in points]
+        style = "-" if "LAGS=1" in key else "--"
+        ax_lat.plot(xs, [p[1] for p in points], style, marker="o", label=key)
+        ax_thr.plot(xs, [p[2] for p in points], style, marker="o", label=key)
+    ax_lat.set_yscale("log")
+    ax_lat.set_xlabel("function groups")
+    ax_lat.set_ylabel("completion p99 (ms, mean over repetitions)")
+    ax_thr.set_xlabel("function groups")
+    ax_thr.set_ylabel("completed requests/s")
+    ax_thr.legend(fontsize=6)
+    fig.suptitle(f"{scenario}: latency and throughput against density")
+    fig.tight_layout()
+    path = out / f"{scenario}-density.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 # The seed's (burst patch, schbench) table: percentiles down, variants across.
 PERCENTILE_ROWS = [("p50", "50.0th"), ("p75", "75.0th"), ("p90", "90.0th"), ("p95", "95.0th"),
                    ("p99", "*99.0th"), ("p995", "99.5th"), ("p999", "99.9th"), ("max", "max")]  # fmt: skip
@@ -262,7 +302,9 @@ def write_report(directory: Path) -> Path:
         if len({c for d in sdocs for c, m in case_summaries(d) if "throttled_pct" in m}) > 1:
             lines += _pivot(sdocs, "throttled_pct", "Throttled periods (%)")
         lines += _latency_table(sdocs, "wakeup", "Wakeup latency")
-        for plot in (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory)):
+        plots = (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory),
+                 _plot_density(scenario, sdocs, directory))  # fmt: skip
+        for plot in plots:
             if plot is not None:
                 lines += [f"![{plot.stem}]({plot.name})", ""]
     if kdocs:

@@ -47,6 +47,9 @@ SIM_ONLY = {"onoff", "requests", "trace"}
 # In a workload's argv: the directory of the group it runs in (cpu controller), filled in by
 # the runner; funcs makes its per-function child groups there.
 CGROUP_ARG = "@CGROUP@"
+# ... and the repetition's number (1, 2, ...): funcs' seed, so that repetitions see different
+# arrivals while the cases of one repetition see the same ones.
+REP_ARG = "@REP@"
 DISTS = ("fixed", "exp", "uniform", "lognormal")
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
@@ -468,7 +471,7 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         workers = max(1, round(cpu_value(wl.get("workers", 2), ncpu, "workers")))
         argv = ("funcs", "-n", str(funcs), "-c", str(ncpu), "-w", str(workers), "-d", dur_arg,
                 *(a for flag, key, default in opts for a in (flag, f"{float(wl.get(key, default)):g}")),
-                "-G", CGROUP_ARG,
+                "-S", REP_ARG, "-G", CGROUP_ARG,
                 *(("-L", str(wl["latency_awareness"])) if "latency_awareness" in wl else ()))  # fmt: skip
     else:  # simulator only
         argv = (kind,)

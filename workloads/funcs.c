@@ -19,7 +19,8 @@
  * controlling process moves to DIR/ctl first, so DIR has no processes of its own); -L 0|1
  * writes each child's cpu.latency_awareness (-L 0 is accepted on kernels without the file).
  *
- * Output (JSON): offered, completed and unfinished requests, throughput, completion-latency
+ * Output (JSON): offered, completed and unfinished requests, throughput, per function its
+ * requests, p50/p99 and its group's cpu.load_credit at the end, completion-latency
  * percentiles from arrival to end of service (requests still queued or running at the end
  * count with their time so far, a lower bound), context switches and user/system CPU time of
  * all server threads (getrusage per thread), the machine's context switches and runqueue wait
@@ -56,6 +57,7 @@ struct shared {
 	atomic_long offered, completed, unfinished, dropped;
 	atomic_long nvcsw, nivcsw, utime_us, stime_us;
 	int64_t samples[MAX_SAMPLES]; /* completion latency, ns */
+	short func[MAX_SAMPLES];      /* ... of a request of this function */
 };
 
 struct request {
@@ -76,6 +78,7 @@ struct server {
 };
 
 static int nfuncs = 4, workers = 2, aware = -1;
+static long seed = 1;
 static double load = 1.0, capacity, zipf = 1.0, median_us = 5000, sigma = 1.0;
 static double on_ms = 1000, off_ms = 3000, duration_s = 10;
 static const char *cgroup_dir;
@@ -113,12 +116,16 @@ static void sleep_until(int64_t t)
 		;
 }
 
+static int my_func; /* the function this server process serves */
+
 static void add_sample(int64_t ns)
 {
 	long i = atomic_fetch_add(&shm->nsamples, 1);
 
-	if (i < MAX_SAMPLES)
+	if (i < MAX_SAMPLES) {
 		shm->samples[i] = ns;
+		shm->func[i] = (short)my_func;
+	}
 }
 
 static void account_thread(void)
@@ -238,9 +245,13 @@ static void run_server(int index, double rate)
 		if (write_file(dir, "cgroup.procs", pid))
 			die("cannot join", dir);
 	}
+	my_func = index;
 	sv.index = index;
 	sv.rate = rate;
-	sv.rng = 0x9e3779b97f4a7c15ULL * (uint64_t)(index + 1) ^ (uint64_t)now_ns(CLOCK_MONOTONIC);
+	/* the same seed gives the same arrivals and request sizes: variants compare like for like */
+	sv.rng = 0x9e3779b97f4a7c15ULL * (uint64_t)(index + 1) ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ULL;
+	for (int i = 0; i < 8; i++)
+		uniform(&sv.rng);
 	pthread_mutex_init(&sv.lock, NULL);
 	pthread_cond_init(&sv.cond, NULL);
 	for (int i = 0; i < workers; i++)
@@ -325,7 +336,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: funcs [-n functions] [-l load] [-c cpus] [-z zipf] [-m median_us] [-s sigma]\n"
-		"             [-B on_ms] [-O off_ms] [-w workers] [-d s] [-G cgroup_dir [-L 0|1]]\n"
+		"             [-B on_ms] [-O off_ms] [-w workers] [-d s] [-S seed] [-G cgroup_dir [-L 0|1]]\n"
 		"  -n  functions, one server process each (default 4)\n"
 		"  -l  offered load as a fraction of -c CPUs (default 1.0)\n"
 		"  -c  capacity in CPUs (default: the CPUs online)\n"
@@ -335,6 +346,7 @@ static void usage(void)
 		"  -B  mean ON phase, ms (default 1000); -O mean OFF phase, ms (default 3000)\n"
 		"  -w  worker threads per function (default 2)\n"
 		"  -d  run time in seconds (default 10)\n"
+		"  -S  seed of arrivals and request sizes (default 1): the same seed, the same requests\n"
 		"  -G  make a child cgroup per function under this cgroup directory\n"
 		"  -L  write 0 or 1 to each child's cpu.latency_awareness\n");
 }
@@ -348,7 +360,7 @@ int main(int argc, char **argv)
 	long n;
 
 	capacity = get_nprocs();
-	while ((opt = getopt(argc, argv, "n:l:c:z:m:s:B:O:w:d:G:L:h")) != -1) {
+	while ((opt = getopt(argc, argv, "n:l:c:z:m:s:B:O:w:d:G:L:S:h")) != -1) {
 		switch (opt) {
 		case 'n': nfuncs = (int)parse_long(PROG, optarg, "-n", 1, MAX_FUNCS); break;
 		case 'l': load = parse_double(PROG, optarg, "-l", 0.001, 100); break;
@@ -362,6 +374,7 @@ int main(int argc, char **argv)
 		case 'd': duration_s = parse_double(PROG, optarg, "-d", 0.01, 86400); break;
 		case 'G': cgroup_dir = optarg; break;
 		case 'L': aware = (int)parse_long(PROG, optarg, "-L", 0, 1); break;
+		case 'S': seed = parse_long(PROG, optarg, "-S", 1, 1000000000); break;
 		default: usage(); return 2;
 		}
 	}
@@ -409,6 +422,60 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": %d function server(s) failed\n", failed);
 		return 1;
 	}
+	n = atomic_load(&shm->nsamples);
+	if (n > MAX_SAMPLES)
+		n = MAX_SAMPLES;
+	printf("{\"workload\": \"funcs\", \"functions\": %d, \"load\": %g, \"capacity_cpus\": %g, \"zipf\": %g, "
+	       "\"median_us\": %g, \"sigma\": %g, \"on_ms\": %g, \"off_ms\": %g, \"workers\": %d, "
+	       "\"latency_awareness\": %d, \"seed\": %ld, \"duration_s\": %g, \"offered\": %ld, \"completed\": %ld, "
+	       "\"unfinished\": %ld, \"dropped\": %ld, \"throughput_rps\": %.2f, \"nvcsw\": %ld, \"nivcsw\": %ld, "
+	       "\"utime_s\": %.3f, \"stime_s\": %.3f, ",
+	       nfuncs, load, capacity, zipf, median_us, sigma, on_ms, off_ms, workers, aware, seed, duration_s,
+	       atomic_load(&shm->offered), atomic_load(&shm->completed), atomic_load(&shm->unfinished),
+	       atomic_load(&shm->dropped), (double)atomic_load(&shm->completed) / duration_s,
+	       atomic_load(&shm->nvcsw), atomic_load(&shm->nivcsw), (double)atomic_load(&shm->utime_us) / 1e6,
+	       (double)atomic_load(&shm->stime_us) / 1e6);
+	/* sched_count needs kernel.sched_schedstats=1; run_delay (SCHED_INFO) is always kept */
+	if (before.ok && after.ok)
+		printf("\"schedstat\": {\"sched_count\": %lld, \"rq_cpu_time_s\": %.3f, \"run_delay_s\": %.3f}, ",
+		       after.sched_count - before.sched_count, (after.rq_cpu_time_ns - before.rq_cpu_time_ns) / 1e9,
+		       (after.run_delay_ns - before.run_delay_ns) / 1e9);
+	/* per function: requests, median and p99 latency, and the group's load credit if any */
+	printf("\"per_function\": [");
+	{
+		int64_t *v = malloc(sizeof(int64_t) * (size_t)(n ? n : 1));
+
+		for (int f = 0; f < nfuncs && v; f++) {
+			long k = 0;
+			char path[4096], buf[64] = "";
+			long credit = -1;
+
+			for (long i = 0; i < n; i++)
+				if (shm->func[i] == f)
+					v[k++] = shm->samples[i];
+			qsort(v, (size_t)k, sizeof(*v), cmp64);
+			if (cgroup_dir) {
+				FILE *cf;
+
+				snprintf(path, sizeof(path), "%s/func-%d/cpu.load_credit", cgroup_dir, f);
+				cf = fopen(path, "r");
+				if (cf && fgets(buf, sizeof(buf), cf))
+					credit = atol(buf);
+				if (cf)
+					fclose(cf);
+			}
+			printf("%s{\"requests\": %ld, \"p50_us\": %.0f, \"p99_us\": %.0f, \"load_credit\": %ld}",
+			       f ? ", " : "", k, k ? (double)percentile(v, k, 50) / 1000 : 0.0,
+			       k ? (double)percentile(v, k, 99) / 1000 : 0.0, credit);
+		}
+		free(v);
+	}
+	printf("], ");
+	print_stats("latency_us", shm->samples, n, 1000);
+	printf(", \"samples_us\": [");
+	for (long i = 0; i < n; i++)
+		printf("%s%lld", i ? "," : "", (long long)(shm->samples[i] / 1000));
+	printf("]}\n");
 	if (cgroup_dir)
 		for (int i = 0; i < nfuncs; i++) {
 			char dir[4096];
@@ -416,28 +483,5 @@ int main(int argc, char **argv)
 			snprintf(dir, sizeof(dir), "%s/func-%d", cgroup_dir, i);
 			rmdir(dir); /* empty now; whoever made cgroup_dir removes the rest */
 		}
-
-	n = atomic_load(&shm->nsamples);
-	if (n > MAX_SAMPLES)
-		n = MAX_SAMPLES;
-	printf("{\"workload\": \"funcs\", \"functions\": %d, \"load\": %g, \"capacity_cpus\": %g, \"zipf\": %g, "
-	       "\"median_us\": %g, \"sigma\": %g, \"on_ms\": %g, \"off_ms\": %g, \"workers\": %d, "
-	       "\"latency_awareness\": %d, \"duration_s\": %g, \"offered\": %ld, \"completed\": %ld, "
-	       "\"unfinished\": %ld, \"dropped\": %ld, \"throughput_rps\": %.2f, \"nvcsw\": %ld, \"nivcsw\": %ld, "
-	       "\"utime_s\": %.3f, \"stime_s\": %.3f, ",
-	       nfuncs, load, capacity, zipf, median_us, sigma, on_ms, off_ms, workers, aware, duration_s,
-	       atomic_load(&shm->offered), atomic_load(&shm->completed), atomic_load(&shm->unfinished),
-	       atomic_load(&shm->dropped), (double)atomic_load(&shm->completed) / duration_s,
-	       atomic_load(&shm->nvcsw), atomic_load(&shm->nivcsw), (double)atomic_load(&shm->utime_us) / 1e6,
-	       (double)atomic_load(&shm->stime_us) / 1e6);
-	if (before.ok && after.ok)
-		printf("\"schedstat\": {\"sched_count\": %lld, \"rq_cpu_time_s\": %.3f, \"run_delay_s\": %.3f}, ",
-		       after.sched_count - before.sched_count, (after.rq_cpu_time_ns - before.rq_cpu_time_ns) / 1e9,
-		       (after.run_delay_ns - before.run_delay_ns) / 1e9);
-	print_stats("latency_us", shm->samples, n, 1000);
-	printf(", \"samples_us\": [");
-	for (long i = 0; i < n; i++)
-		printf("%s%lld", i ? "," : "", (long long)(shm->samples[i] / 1000));
-	printf("]}\n");
 	return 0;
 }

@@ -66,15 +66,25 @@ static inline void print_stats(const char *name, int64_t *v, long n, int div)
 	printf("}");
 }
 
-/* Burn `us` microseconds of this thread's CPU time (the same work on a fast host and under TCG). */
+/*
+ * Burn `us` microseconds of this thread's CPU time (the same work on a fast host and under TCG).
+ * The thread CPU clock is a system call, not vDSO: read it about every 20 us, not in a tight
+ * loop, so that the burn is user time and the threads' system time stays the kernel's own.
+ */
 static inline void burn(long us)
 {
-	int64_t end = now_ns(CLOCK_THREAD_CPUTIME_ID) + us * 1000;
+	int64_t now = now_ns(CLOCK_THREAD_CPUTIME_ID), end = now + us * 1000, last;
 	volatile uint64_t x = 1;
+	long batch = 64;
 
-	while (now_ns(CLOCK_THREAD_CPUTIME_ID) < end)
-		for (int i = 0; i < 200; i++)
+	while (now < end) {
+		for (long i = 0; i < batch; i++)
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+		last = now;
+		now = now_ns(CLOCK_THREAD_CPUTIME_ID);
+		if (now - last < 20000 && batch < (1L << 24))
+			batch *= 2;
+	}
 }
 
 static inline long parse_long(const char *prog, const char *arg, const char *what, long min, long max)
