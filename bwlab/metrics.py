@@ -121,6 +121,15 @@ def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
             if st["sched_count"]:
                 out["sched_switches_per_s"] = float(st["sched_count"]) / dur
             out["run_delay_ms_per_req"] = 1e3 * float(st["run_delay_s"]) / done if done else 0.0
+        # functions are in popularity order (Zipf): the first half heavy, the second half light
+        served = [f for f in doc.get("per_function", []) if f["requests"]]
+        half = len(served) // 2
+        if half:
+            out["heavy_funcs_p99_us"] = sum(float(f["p99_us"]) for f in served[:half]) / half
+            out["light_funcs_p99_us"] = sum(float(f["p99_us"]) for f in served[half:]) / (len(served) - half)
+            credits = [float(f["load_credit"]) for f in served if f["load_credit"] >= 0]
+            if credits:
+                out["load_credit_max"] = max(credits)
         samples = [int(s) for s in doc["samples_us"]]
     except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BwlabError(f"funcs output is not its JSON document: {exc}") from exc

@@ -37,6 +37,9 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("ctx_switches_per_req", "ctx switches/request", 1.0),
     ("sys_us_per_req", "sys µs/request", 1.0),
     ("run_delay_ms_per_req", "runqueue wait ms/request", 1.0),
+    ("light_funcs_p99_us", "light functions p99 ms", 1e-3),
+    ("heavy_funcs_p99_us", "heavy functions p99 ms", 1e-3),
+    ("load_credit_max", "max load credit", 1.0),
 ]
 
 

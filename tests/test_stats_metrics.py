@@ -137,6 +137,13 @@ def test_funcs_metrics() -> None:
     assert m["ctx_switches_per_s"] == 50 and m["ctx_switches_per_req"] == 5
     assert m["sys_us_per_req"] == 500 and m["sched_switches_per_s"] == 500 and m["run_delay_ms_per_req"] == 20
     assert m["completion_p99_us"] == 80000 and m["completion_p999_us"] == 90000
+    assert "light_funcs_p99_us" not in m  # no per-function results
+    doc["per_function"] = [{"requests": 50, "p50_us": 9000, "p99_us": 90000, "load_credit": 700},
+                           {"requests": 30, "p50_us": 7000, "p99_us": 70000, "load_credit": 300},
+                           {"requests": 20, "p50_us": 3000, "p99_us": 10000, "load_credit": 100},
+                           {"requests": 0, "p50_us": 0, "p99_us": 0, "load_credit": 0}]  # fmt: skip
+    m = metrics.parse_funcs(json.dumps(doc))[0]
+    assert m["heavy_funcs_p99_us"] == 90000 and m["light_funcs_p99_us"] == 40000 and m["load_credit_max"] == 700
     del doc["schedstat"]
     assert "sched_switches_per_s" not in metrics.parse_funcs(json.dumps(doc))[0]
     with pytest.raises(BwlabError, match="funcs output"):

@@ -68,7 +68,7 @@ static inline void print_stats(const char *name, int64_t *v, long n, int div)
 
 /*
  * Burn `us` microseconds of this thread's CPU time (the same work on a fast host and under TCG).
- * The thread CPU clock is a system call, not vDSO: read it about every 20 us, not in a tight
+ * The thread CPU clock is a system call, not vDSO: read it about every 100 us, not in a tight
  * loop, so that the burn is user time and the threads' system time stays the kernel's own.
  */
 static inline void burn(long us)
@@ -82,7 +82,7 @@ static inline void burn(long us)
 			x = x * 6364136223846793005ULL + 1442695040888963407ULL;
 		last = now;
 		now = now_ns(CLOCK_THREAD_CPUTIME_ID);
-		if (now - last < 20000 && batch < (1L << 24))
+		if (now - last < 100000 && batch < (1L << 24))
 			batch *= 2;
 	}
 }
