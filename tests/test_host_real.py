@@ -158,3 +158,32 @@ def test_wakelat_in_a_limited_group(tmp_path: Path) -> None:
     assert m["wakeup_p50_us"] <= m["wakeup_p99_us"] <= m["wakeup_max_us"]
     assert m["request_p50_us"] >= 5000  # each request burns 5 ms of CPU time
     assert len(rep["samples_us"]) > 100
+
+
+def test_nested_groups_throttle_and_are_removed(tmp_path: Path) -> None:
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "nested-host.toml"), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "nested-host.json").read_text())
+    metrics = doc["cases"][0]["reps"][0]["metrics"]
+    assert doc["cases"][0]["settings"]["depth"] == 3
+    # hackbench ran in the deepest group, the top group's cpu.stat saw it throttled
+    assert metrics["hackbench_s"] > 0 and metrics["nr_throttled"] > 0
+    assert metrics["cpus_used"] < 0.5
+    assert set(bwlab_dirs()) == before
+
+
+def test_funcs_serves_functions_in_child_groups(tmp_path: Path) -> None:
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "funcs-host.toml"), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    reps = json.loads((tmp_path / "funcs-host.json").read_text())["cases"][0]["reps"]
+    for rep in reps:
+        m = rep["metrics"]
+        assert m["requests_done"] > 20 and m["throughput_rps"] > 5
+        assert m["completion_p50_us"] <= m["completion_p99_us"] and m["ctx_switches_per_req"] > 0
+        assert len(rep["samples_us"]) == m["requests_done"] + m["requests_unfinished"]
+        assert m["cpus_used"] > 0.1  # the servers ran in the case's group (its usage counts them)
+    # repetitions get different seeds (@REP@), so different arrivals
+    assert reps[0]["metrics"]["requests_offered"] != reps[1]["metrics"]["requests_offered"]
+    assert set(bwlab_dirs()) == before
