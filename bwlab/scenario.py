@@ -28,8 +28,8 @@ TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysct
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
-FUNCS_KEYS = {"kind", "functions", "load", "zipf", "median_us", "sigma", "on_ms", "off_ms", "workers"}
-FUNCS_KEYS.add("latency_awareness")
+FUNCS_KEYS = {"kind", "functions", "load", "zipf", "median_us", "sigma", "on_ms", "off_ms", "workers",
+              "latency_awareness"}  # fmt: skip
 WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-cpu": {"kind", "threads", "max_prime"},
     "cglat": {"kind", "burners", "sleep_us"},
