@@ -86,6 +86,17 @@ def _label(doc: dict[str, Any]) -> str:
     return f"{meta['label']} ({meta.get('kernel_release') or '?'})"
 
 
+def _save(fig: Any, out: Path, scenario: str, suffix: str, title: str | None = None) -> Path:
+    """Title, lay out, write <scenario>-<suffix>.png and close the figure."""
+    if title:
+        fig.suptitle(title)
+    fig.tight_layout()
+    path = out / f"{scenario}-{suffix}.png"
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
     series = [(d, case_summaries(d)) for d in docs]
     cases = [c for c, _ in series[0][1]]
@@ -107,11 +118,7 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
     ax.set_ylabel("throttled periods (%)  [bar: mean, whiskers: min-max]")
     ax.set_title(f"{scenario}: throttled periods by case")
     ax.legend(fontsize=8)
-    fig.tight_layout()
-    path = out / f"{scenario}-throttled.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, scenario, "throttled")
 
 
 # What a scenario's latency samples are, by workload (argv[0] of the case's settings).
@@ -152,12 +159,7 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
         ax.set_ylabel("fraction of samples <= x")
         ax.set_title(_label(doc), fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
-    fig.suptitle(f"{scenario}: latency CDF")
-    fig.tight_layout()
-    path = out / f"{scenario}-latency.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, scenario, "latency", f"{scenario}: latency CDF")
 
 
 def _plot_density(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
@@ -192,12 +194,7 @@ def _plot_density(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
     ax_thr.set_xlabel("function groups")
     ax_thr.set_ylabel("completed requests/s")
     ax_thr.legend(fontsize=6)
-    fig.suptitle(f"{scenario}: latency and throughput against density")
-    fig.tight_layout()
-    path = out / f"{scenario}-density.png"
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return _save(fig, out, scenario, "density", f"{scenario}: latency and throughput against density")
 
 
 # The seed's (burst patch, schbench) table: percentiles down, variants across.
