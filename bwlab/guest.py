@@ -24,7 +24,7 @@ from bwlab import tools
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep
-from bwlab.scenario import CGROUP_ARG, REP_ARG, RunSpec
+from bwlab.scenario import RunSpec
 
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
@@ -110,9 +110,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
             for si, side in enumerate(spec.sides):
                 lines.append(f"/bin/cgwrite {g}/cpu.max {q(bw_value)} {side.interval_us} "
                              f"> /tmp/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
-            fill = {CGROUP_ARG: leaf, REP_ARG: str(rep + 1)}
-            args = (fill.get(a, a) for a in spec.workload.argv[1:])
-            argv = " ".join(q(a) for a in ("/bin/" + spec.workload.argv[0], *args))
+            argv = " ".join(q(a) for a in ("/bin/" + spec.workload.argv[0], *spec.workload.args(leaf, rep)))
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
                 f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",

@@ -17,7 +17,7 @@ from pathlib import Path
 from bwlab import cgroup, tools
 from bwlab.errors import BwlabError
 from bwlab.metrics import RawRep
-from bwlab.scenario import CGROUP_ARG, REP_ARG, RunSpec
+from bwlab.scenario import RunSpec
 
 # How far past its nominal duration a workload may run before it counts as hung.
 GRACE_FACTOR = 3.0
@@ -54,8 +54,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
         tempfile.TemporaryDirectory(prefix="bwlab-") as tmp_name,
     ):
         tmp = Path(tmp_name)
-        fill = {CGROUP_ARG: str(grp.leaves[0]), REP_ARG: str(rep + 1)}
-        argv = [program, *(fill.get(a, a) for a in spec.workload.argv[1:])]
+        argv = [program, *spec.workload.args(str(grp.leaves[0]), rep)]
         try:
             for i, side in enumerate(spec.sides):
                 if side.kind != "rewrite" or writer is None:

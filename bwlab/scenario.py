@@ -66,6 +66,11 @@ class Workload:
         if self.kind in SIM_ONLY:
             raise BwlabError(f"workload kind '{self.kind}' runs only in the simulator (--target sim)")
 
+    def args(self, cgroup_dir: str, rep: int) -> list[str]:
+        """argv[1:] for one repetition: CGROUP_ARG and REP_ARG filled in."""
+        fill = {CGROUP_ARG: cgroup_dir, REP_ARG: str(rep + 1)}
+        return [fill.get(a, a) for a in self.argv[1:]]
+
 
 @dataclass(frozen=True)
 class SideAction:
