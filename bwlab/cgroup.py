@@ -141,6 +141,11 @@ def remove_all() -> None:
 atexit.register(remove_all)
 
 
+def levels(depth: int) -> list[Path]:
+    """The nested groups of a group of this depth, relative to it, top first: ., l2, l2/l3, ..."""
+    return [Path(*[f"l{k}" for k in range(2, n + 1)]) for n in range(1, depth + 1)]
+
+
 class Hierarchy:
     """Where and how groups are made on this machine."""
 
@@ -196,18 +201,18 @@ class CgroupV2(Hierarchy):
         grp = Group(name=name, dirs=[path], stat_file=path / "cpu.stat", usage_file=None,
                     bandwidth_file=path / "cpu.max", bandwidth_value=value)  # fmt: skip
         _LIVE[name] = grp
-        level = path
-        for n in range(1, depth + 1):
-            if n > 1:
-                _write(level / "cgroup.subtree_control", "+cpu" + (" +cpuset" if cpus is not None else ""))
-                level = level / f"l{n}"
+        rels = levels(depth)
+        for i, rel in enumerate(rels):
+            if i:  # the parent hands the controllers down
+                _write(path / rels[i - 1] / "cgroup.subtree_control", "+cpu" + (" +cpuset" if cpus is not None else ""))
+            level = path / rel
             self._mkdir(level)
             _write(level / "cpu.max", value)
             if burst_us:
                 _write(level / "cpu.max.burst", str(burst_us))
             if cpus is not None:
                 _write(level / "cpuset.cpus", cpus)
-        grp.leaves = [level]
+        grp.leaves = [path / rels[-1]]
         return grp
 
 
@@ -241,10 +246,9 @@ class CgroupV1(Hierarchy):
         for d in dirs:
             self._mkdir(d)
             grp.dirs.insert(0, d)  # remove in reverse order of creation
-        sub = Path(*[f"l{n}" for n in range(2, depth + 1)]) if depth > 1 else Path()
-        for n in range(1, depth + 1):
-            rel = Path(*sub.parts[: n - 1])
-            if n > 1:
+        rels = levels(depth)
+        for i, rel in enumerate(rels):
+            if i:
                 for d in dirs:
                     self._mkdir(d / rel)
             level = cpu_dir / rel
@@ -256,7 +260,7 @@ class CgroupV1(Hierarchy):
                 cs = self.cpuset / name / rel
                 _write(cs / "cpuset.cpus", cpus)
                 _write(cs / "cpuset.mems", (self.cpuset / "cpuset.mems").read_text().strip())
-        grp.leaves = [d / sub for d in dirs]
+        grp.leaves = [d / rels[-1] for d in dirs]
         return grp
 
 
