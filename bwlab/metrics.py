@@ -85,6 +85,12 @@ def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, tuple[int,
     return found
 
 
+def _percentiles(prefix: str, table: dict[str, Any]) -> dict[str, float]:
+    """A workload's {"n", "p50", ..., "p99_9", "max"} (us) as metrics named like cglat's and the
+    simulator's: prefix_p50_us ... prefix_p999_us, prefix_max_us."""
+    return {f"{prefix}_{key.replace('_', '')}_us": float(val) for key, val in table.items() if key != "n"}
+
+
 def parse_wakelat(stdout: str) -> tuple[dict[str, float], list[int]]:
     """wakelat's JSON: wakeup and request percentiles (us), achieved RPS; wakeup samples."""
     try:
@@ -92,9 +98,7 @@ def parse_wakelat(stdout: str) -> tuple[dict[str, float], list[int]]:
         out = {"rps_achieved": float(doc["rps"]), "requests_done": float(doc["completed"]),
                "requests_dropped": float(doc["dropped"])}  # fmt: skip
         for name in ("wakeup", "request"):
-            for key, val in doc[f"{name}_us"].items():
-                if key != "n":  # p99_9 -> p999, as cglat's and the simulator's names
-                    out[f"{name}_{key.replace('_', '')}_us"] = float(val)
+            out.update(_percentiles(name, doc[f"{name}_us"]))
         samples = [int(s) for s in doc["samples_us"]]
     except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
         raise BwlabError(f"wakelat output is not its JSON document: {exc}") from exc
@@ -108,14 +112,12 @@ def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
         doc = json.loads(stdout.strip().splitlines()[-1])
         done = float(doc["completed"])
         dur = float(doc["duration_s"])
+        switches = float(doc["nvcsw"]) + float(doc["nivcsw"])
         out = {"requests_offered": float(doc["offered"]), "requests_done": done,
                "requests_unfinished": float(doc["unfinished"]), "throughput_rps": float(doc["throughput_rps"]),
-               "ctx_switches_per_s": (float(doc["nvcsw"]) + float(doc["nivcsw"])) / dur,
-               "ctx_switches_per_req": (float(doc["nvcsw"]) + float(doc["nivcsw"])) / done if done else 0.0,
-               "sys_us_per_req": 1e6 * float(doc["stime_s"]) / done if done else 0.0}  # fmt: skip
-        for key, val in doc["latency_us"].items():
-            if key != "n":
-                out[f"completion_{key.replace('_', '')}_us"] = float(val)
+               "ctx_switches_per_s": switches / dur, "ctx_switches_per_req": switches / done if done else 0.0,
+               "sys_us_per_req": 1e6 * float(doc["stime_s"]) / done if done else 0.0,
+               **_percentiles("completion", doc["latency_us"])}  # fmt: skip
         if "schedstat" in doc:  # sched_count only with kernel.sched_schedstats=1
             st = doc["schedstat"]
             if st["sched_count"]:
