@@ -157,10 +157,11 @@ def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict
         req = {"rate_per_s": float(wl.get("rps", 1000)), "service": _dist(wl, "service_us")}
         return placed([{"type": "worker"}] * int(wl.get("workers", len(cpus)))), req
     if kind == "wakelat":
-        for key, bad, why in (("rps", 0, "back-to-back requests"), ("batch", None, "batched posts"),
-                              ("poisson", False, "evenly spaced arrivals")):  # fmt: skip
-            val = wl.get(key, {"rps": 0, "batch": 1, "poisson": False}[key])
-            if (key == "batch" and val != 1) or (key != "batch" and val == bad):
+        rps, batch, poisson = wl.get("rps", 0), wl.get("batch", 1), wl.get("poisson", False)
+        for key, val, unsupported, why in (("rps", rps, rps == 0, "back-to-back requests"),
+                                           ("batch", batch, batch != 1, "batched posts"),
+                                           ("poisson", poisson, not poisson, "evenly spaced arrivals")):  # fmt: skip
+            if unsupported:
                 raise BwlabError(f"wakelat with {why} ({key} = {val!r}) is not modelled by the simulator "
                                  f"(it has Poisson arrivals at a rate, one request at a time)")  # fmt: skip
         req = {"rate_per_s": float(wl["rps"]), "service": {"fixed": float(wl.get("burn_us", 1000)) * 1000}}
