@@ -20,6 +20,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lat.h"
+
 static atomic_int stop;
 static volatile uint64_t sink;
 
@@ -31,28 +33,6 @@ static void usage(const char *prog)
 		"  -s  sleep interval in microseconds (default 10000)\n"
 		"  -d  run time in seconds (default 10)\n",
 		prog);
-}
-
-static long parse_long(const char *arg, const char *what, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "cglat: invalid %s '%s' (allowed %ld..%ld)\n", what, arg, min, max);
-		exit(2);
-	}
-	return v;
-}
-
-static uint64_t now_ns(void)
-{
-	struct timespec ts;
-
-	clock_gettime(CLOCK_MONOTONIC, &ts);
-	return (uint64_t)ts.tv_sec * 1000000000ull + (uint64_t)ts.tv_nsec;
 }
 
 static void *burner(void *arg)
@@ -68,32 +48,10 @@ static void *burner(void *arg)
 	return NULL;
 }
 
-static int cmp_u64(const void *a, const void *b)
-{
-	uint64_t x = *(const uint64_t *)a, y = *(const uint64_t *)b;
-
-	return (x > y) - (x < y);
-}
-
-/* Nearest-rank percentile of a sorted array. */
-static uint64_t pct(const uint64_t *sorted, size_t n, double p)
-{
-	size_t rank;
-
-	if (!n)
-		return 0;
-	rank = (size_t)((p / 100.0) * (double)n + 0.999999);
-	if (rank < 1)
-		rank = 1;
-	if (rank > n)
-		rank = n;
-	return sorted[rank - 1];
-}
-
-static void histogram(const uint64_t *sorted, size_t n)
+static void histogram(const int64_t *sorted, size_t n)
 {
 	const int buckets = 9;
-	uint64_t lo, hi, width;
+	int64_t lo, hi, width;
 	size_t count[9] = { 0 };
 
 	if (!n)
@@ -104,7 +62,7 @@ static void histogram(const uint64_t *sorted, size_t n)
 	for (size_t i = 0; i < n; i++)
 		count[(sorted[i] - lo) / width]++;
 	for (int b = 0; b < buckets; b++) {
-		uint64_t from = lo + (uint64_t)b * width;
+		int64_t from = lo + (int64_t)b * width;
 
 		fprintf(stderr, "%7.1fms-%7.1fms %6.2f%% %zu\n", (double)from / 1000.0,
 			(double)(from + width) / 1000.0, 100.0 * (double)count[b] / (double)n, count[b]);
@@ -115,7 +73,7 @@ int main(int argc, char **argv)
 {
 	long burners = 32, sleep_us = 10000, duration_s = 10;
 	size_t cap, n = 0;
-	uint64_t *samples, deadline;
+	int64_t *samples, deadline;
 	pthread_t *tids;
 	struct timespec req;
 	int opt;
@@ -123,13 +81,13 @@ int main(int argc, char **argv)
 	while ((opt = getopt(argc, argv, "b:s:d:h")) != -1) {
 		switch (opt) {
 		case 'b':
-			burners = parse_long(optarg, "burner count", 0, 4096);
+			burners = parse_long("cglat", optarg, "-b (burners)", 0, 4096);
 			break;
 		case 's':
-			sleep_us = parse_long(optarg, "sleep interval", 1, 10000000);
+			sleep_us = parse_long("cglat", optarg, "-s (sleep interval, us)", 1, 10000000);
 			break;
 		case 'd':
-			duration_s = parse_long(optarg, "duration", 1, 86400);
+			duration_s = parse_long("cglat", optarg, "-d (duration, s)", 1, 86400);
 			break;
 		default:
 			usage(argv[0]);
@@ -159,15 +117,15 @@ int main(int argc, char **argv)
 
 	req.tv_sec = sleep_us / 1000000;
 	req.tv_nsec = (sleep_us % 1000000) * 1000;
-	deadline = now_ns() + (uint64_t)duration_s * 1000000000ull;
+	deadline = now_ns(CLOCK_MONOTONIC) + (int64_t)duration_s * 1000000000;
 	while (n < cap) {
-		uint64_t t0 = now_ns(), t1;
+		int64_t t0 = now_ns(CLOCK_MONOTONIC), t1;
 
 		if (t0 >= deadline)
 			break;
 		while (clock_nanosleep(CLOCK_MONOTONIC, 0, &req, NULL) == EINTR)
 			;
-		t1 = now_ns();
+		t1 = now_ns(CLOCK_MONOTONIC);
 		samples[n++] = (t1 - t0) / 1000;
 	}
 	atomic_store(&stop, 1);
@@ -178,12 +136,13 @@ int main(int argc, char **argv)
 	       "\"count\":%zu,\"samples_us\":[",
 	       burners, sleep_us, duration_s, n);
 	for (size_t i = 0; i < n; i++)
-		printf("%s%llu", i ? "," : "", (unsigned long long)samples[i]);
-	qsort(samples, n, sizeof(*samples), cmp_u64);
-	printf("],\"p50_us\":%llu,\"p90_us\":%llu,\"p99_us\":%llu,\"p999_us\":%llu,\"max_us\":%llu}\n",
-	       (unsigned long long)pct(samples, n, 50), (unsigned long long)pct(samples, n, 90),
-	       (unsigned long long)pct(samples, n, 99), (unsigned long long)pct(samples, n, 99.9),
-	       (unsigned long long)(n ? samples[n - 1] : 0));
+		printf("%s%lld", i ? "," : "", (long long)samples[i]);
+	qsort(samples, n, sizeof(*samples), cmp64);
+	printf("],\"p50_us\":%lld,\"p90_us\":%lld,\"p99_us\":%lld,\"p999_us\":%lld,\"max_us\":%lld}\n",
+	       (long long)(n ? percentile(samples, (long)n, 50) : 0),
+	       (long long)(n ? percentile(samples, (long)n, 90) : 0),
+	       (long long)(n ? percentile(samples, (long)n, 99) : 0),
+	       (long long)(n ? percentile(samples, (long)n, 99.9) : 0), (long long)(n ? samples[n - 1] : 0));
 	histogram(samples, n);
 	free(samples);
 	free(tids);
