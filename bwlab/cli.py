@@ -158,9 +158,15 @@ def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
     latency: tuple[int, ...] = ()
     if args.timer_latency:
         latency = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
+    other_pct, other_source = 0.0, ""
+    bursts: tuple[int, ...] = ()
+    if getattr(args, "noise", None):
+        other_pct, bursts = sim.other_load(results.load(Path(args.noise)), args.noise)
+        other_source = f"{args.noise} ({other_pct:.2f} %)"
     return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
                          seed=args.seed, jitter_us=args.jitter_us, latency_ns=latency,
-                         latency_source=args.timer_latency or "")  # fmt: skip
+                         latency_source=args.timer_latency or "", other_pct=other_pct, other_bursts_ns=bursts,
+                         other_source=other_source)  # fmt: skip
 
 
 def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
@@ -171,6 +177,8 @@ def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     p.add_argument("--jitter-us", type=int, default=0, help="sim: ticks and timers run up to this late (default 0)")
     p.add_argument("--timer-latency", metavar="RESULT",
                    help="sim: a timerlat result file; ticks and timers run late by its measured latencies")  # fmt: skip
+    p.add_argument("--noise", metavar="RESULT",
+                   help="sim: a noise result file; every CPU carries the other work it measured")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
 
 
@@ -178,7 +186,8 @@ def cmd_validate(args: argparse.Namespace) -> int:
     lab = Path(args.results)
     out = Path(args.out) if args.out else lab
     with console.status("simulating every lab point"):
-        rows, path = simtools.validate(lab, out, args.reps, use_latency=not args.no_timer_latency)
+        rows, path = simtools.validate(lab, out, args.reps, use_latency=not args.no_timer_latency,
+                                       use_noise=not args.no_noise)  # fmt: skip
     table = Table(title="throttled periods %: lab vs simulator")
     for col in ("scenario", "lab target", "case", "lab", "sim", "within"):
         table.add_column(col)
@@ -275,7 +284,8 @@ def cmd_run(args: argparse.Namespace) -> int:
     sc = _load_scenario(args.scenario, args)
     out = Path(args.out) if args.out else _default_out(sc.name)
     sim_opts = {"--tick": args.tick != "aligned", "--jitter-us": args.jitter_us != 0,
-                "--timer-latency": bool(args.timer_latency), "--seed": args.seed != 0}  # fmt: skip
+                "--timer-latency": bool(args.timer_latency), "--noise": bool(args.noise),
+                "--seed": args.seed != 0}  # fmt: skip
     if args.target != "sim" and any(sim_opts.values()):
         raise BwlabError(f"{next(k for k, v in sim_opts.items() if v)} applies to --target sim only")
     if args.target == "sim":
@@ -397,6 +407,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, default=20, help="simulated seeds per point (default 20)")
     p.add_argument("--no-timer-latency", action="store_true",
                    help="ignore timerlat results: ticks and timers exactly on time")  # fmt: skip
+    p.add_argument("--no-noise", action="store_true",
+                   help="ignore noise results: the groups have the CPUs to themselves")  # fmt: skip
     p.set_defaults(func=cmd_validate)
 
     simp = sub.add_parser("sim", help="the simulator: explain a window, sweep parameters")

@@ -29,7 +29,7 @@ from bwlab.scenario import RunSpec
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
 # Every guest carries all of these, so a scenario can use any of them.
-GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite", "cgstress", "wakelat", "funcs")
+GUEST_PROGRAMS = ("sysbench", "hackbench", "cglat", "cgwrite", "cgstress", "wakelat", "funcs", "noise")
 # Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
 SPLAT_PATTERNS = [
     re.compile(p)

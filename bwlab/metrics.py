@@ -57,6 +57,19 @@ def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
     return metrics, samples
 
 
+def parse_noise(stdout: str) -> tuple[dict[str, float], list[int]]:
+    """noise's JSON: the share of a busy CPU its threads were not charged for, and the sizes of
+    the bursts it came in (us) -- the samples."""
+    try:
+        doc = json.loads(stdout.strip().splitlines()[-1])
+        out = {"uncharged_pct": float(doc["uncharged_pct"]), "bursts": float(doc["burst_us"]["n"]),
+               "burst_mean_us": float(doc["burst_mean_us"]), **_percentiles("burst", doc["burst_us"])}  # fmt: skip
+        samples = [int(s) for s in doc["bursts_us"]]
+    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
+    return out, samples
+
+
 def parse_sysbench_threads(stdout: str) -> dict[str, float]:
     total = re.search(r"total time:\s*([\d.]+)s", stdout)
     events = re.search(r"total number of events:\s*(\d+)", stdout)
@@ -207,6 +220,9 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         out.update(lat)
     elif kind == "funcs":
         lat, samples = parse_funcs(raw.stdout)
+        out.update(lat)
+    elif kind == "noise":
+        lat, samples = parse_noise(raw.stdout)
         out.update(lat)
     elif kind == "sysbench-threads":
         out.update(parse_sysbench_threads(raw.stdout))

@@ -40,6 +40,9 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("light_funcs_p99_us", "light functions p99 ms", 1e-3),
     ("heavy_funcs_p99_us", "heavy functions p99 ms", 1e-3),
     ("load_credit_max", "max load credit", 1.0),
+    ("uncharged_pct", "uncharged %", 1.0),
+    ("burst_mean_us", "uncharged burst mean µs", 1.0),
+    ("burst_p99_us", "uncharged burst p99 ms", 1e-3),
 ]
 
 
@@ -53,7 +56,8 @@ def _num(value: float) -> str:
 
 
 # The columns the terminal summary shows (report.md shows all).
-CONSOLE_COLUMNS = {"throttled %", "usage/quota", "events/s", "sleep p50 ms", "sleep p99 ms"}
+CONSOLE_COLUMNS = {"throttled %", "usage/quota", "events/s", "sleep p50 ms", "sleep p99 ms", "uncharged %",
+                   "uncharged burst mean µs"}  # fmt: skip
 
 
 def _fmt(summary: dict[str, Any], scale: float, brief: bool = False) -> str:
@@ -123,7 +127,8 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
 
 # What a scenario's latency samples are, by workload (argv[0] of the case's settings).
 SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)",
-               "funcs": "request completion latency (ms)"}  # fmt: skip
+               "funcs": "request completion latency (ms)",
+               "noise": "uncharged burst: CPU time a busy thread lost at once (ms)"}  # fmt: skip
 
 
 def _workload(doc: dict[str, Any]) -> str:

@@ -84,7 +84,7 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     stress on a debug kernel. `quick`: every scenario family once, short, at HZ=250 on host,
     baseline and patched (all) guests, without the kselftest, overhead, stress and HZ=1000."""
     if quick:
-        lab = ["timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"]
+        lab = ["timerlat", "noise", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"]
         jobs = [Job(w) for w in lab] if host else []
         if guest:
             jobs += [Job(w, Kernel(False)) for w in lab] + [_colocation(Kernel(False))]
@@ -94,8 +94,9 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
         return _quick(jobs)
     base, patch = Kernel(False), Kernel(True)
     jobs = []
-    # timerlat: the machine's timer latency under load, which the simulator replays (validate)
-    lab = ["timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"]
+    # timerlat and noise: the machine's timer latency under load and the other work on its
+    # CPUs, which the simulator replays (validate); measured right before what they explain
+    lab = ["timerlat", "noise", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy"]
     if host:
         jobs += [Job(w) for w in lab] + [_colocation(None)]
     if not guest:
@@ -108,8 +109,8 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     jobs += [Job("rewrite-storm", patch, "noop-update"), Job("cglat", patch, "all"), Job("burst", patch, "all"),
              Job("hierarchy", patch, "all"), _colocation(patch)]  # fmt: skip
     base1000, patch1000 = Kernel(False, 1000), Kernel(True, 1000)
-    jobs += [Job("timerlat", base1000), Job("table2", base1000), Job("table2", patch1000, "slush"),
-             Job("table2", patch1000, "all"),
+    jobs += [Job("timerlat", base1000), Job("noise", base1000), Job("table2", base1000),
+             Job("table2", patch1000, "slush"), Job("table2", patch1000, "all"),
              Job("kselftest", base1000), Job("kselftest", patch1000)]  # fmt: skip
     lockstat = (LOCKSTAT_CONFIG,)
     jobs += [Job("overhead", Kernel(False, 250, lockstat)), Job("overhead", Kernel(True, 250, lockstat), "all"),

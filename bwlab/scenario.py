@@ -38,6 +38,7 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
     "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
     "funcs": FUNCS_KEYS,
+    "noise": {"kind", "threads", "gap_us", "merge_us"},
     # simulator only (until real workloads of these shapes exist in workloads/)
     "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
     "requests": {"kind", "workers", "rps", "service_us", "dist"},
@@ -478,6 +479,10 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
                 *(a for flag, key, default in opts for a in (flag, f"{float(wl.get(key, default)):g}")),
                 "-S", REP_ARG, "-G", CGROUP_ARG,
                 *(("-L", str(wl["latency_awareness"])) if "latency_awareness" in wl else ()))  # fmt: skip
+    elif kind == "noise":
+        threads = max(1, round(cpu_value(wl.get("threads", "ncpu"), ncpu, "threads")))
+        argv = ("noise", "-t", str(threads), "-d", dur_arg, "-g", str(int(wl.get("gap_us", 5))),
+                "-m", str(int(wl.get("merge_us", 100))))  # fmt: skip
     else:  # simulator only
         argv = (kind,)
     table = dict(wl)

@@ -11,6 +11,8 @@ from __future__ import annotations
 import json
 import math
 import os
+import random
+import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -45,6 +47,31 @@ def timer_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
     return tuple(out)
 
 
+OTHER_SAMPLES = 2000  # burst sizes handed to the model: enough for the shape, small configurations
+
+
+def other_load(doc: dict[str, Any], where: str) -> tuple[float, tuple[int, ...]]:
+    """From a `noise` result: the share (%) of a busy CPU that other work took without it being
+    charged, and the sizes (ns) of the bursts it came in, evenly thinned to OTHER_SAMPLES."""
+    if doc.get("scenario") != "noise":
+        raise BwlabError(f"{where}: not a noise result (scenario {doc.get('scenario')!r})")
+    pcts: list[float] = []
+    bursts: list[int] = []
+    for case in doc["cases"]:
+        for rep in case["reps"]:
+            pct = rep.get("metrics", {}).get("uncharged_pct")
+            if pct is not None:
+                pcts.append(max(0.0, float(pct)))
+            bursts += [s * 1000 for s in rep.get("samples_us", []) if s > 0]
+    if not pcts:
+        raise BwlabError(f"{where}: the noise result has no measured repetition")
+    pct = statistics.fmean(pcts)
+    if pct > 0 and not bursts:
+        raise BwlabError(f"{where}: the noise result has an uncharged share but no burst sizes")
+    step = max(1, len(bursts) // OTHER_SAMPLES)
+    return pct, tuple(bursts[::step][:OTHER_SAMPLES])
+
+
 def _module() -> Any:
     try:
         from bwlab import _sim  # type: ignore[attr-defined]
@@ -68,8 +95,16 @@ class SimTarget:
     # measured timer latencies (ns) the ticks and timers are delayed by (see timer_latency())
     latency_ns: tuple[int, ...] = ()
     latency_source: str = ""
+    # other work on every CPU (see other_load()): its share (%) and burst sizes (ns)
+    other_pct: float = 0.0
+    other_bursts_ns: tuple[int, ...] = ()
+    other_source: str = ""
 
     def __post_init__(self) -> None:
+        if not 0.0 <= self.other_pct < 50.0:
+            raise BwlabError(f"sim: other work must take 0..50 % of a CPU, got {self.other_pct:g}")
+        if self.other_pct > 0 and not self.other_bursts_ns:
+            raise BwlabError("sim: other work without burst sizes")
         if not 1 <= self.ncpu <= 4096:
             raise BwlabError(f"sim: --vcpus must be in 1..4096, got {self.ncpu}")
         if self.hz not in (100, 250, 300, 1000):
@@ -206,7 +241,25 @@ def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
     }  # fmt: skip
     if requests is not None:
         doc["requests"] = requests
+    _add_other_work(doc, target, ncpu)
     return doc
+
+
+def _add_other_work(doc: dict[str, Any], target: SimTarget, ncpu: int) -> None:
+    """Other work on every CPU, outside the groups (a sibling group with no limit): bursts of
+    the measured sizes at Poisson times, spaced so that they take the measured share. It
+    preempts the group's threads as a waking task does, and is not charged to them."""
+    if target.other_pct <= 0:
+        return
+    on_mean = statistics.fmean(target.other_bursts_ns)
+    off = {"exp": on_mean * (100.0 - target.other_pct) / target.other_pct}
+    on = {"empirical": [float(b) for b in target.other_bursts_ns]}
+    rng = random.Random(doc["seed"])
+    doc["groups"].append({"name": "other", "period_ns": 100_000_000, "quota_ns": None, "burst_ns": 0})
+    for cpu in range(ncpu):
+        doc["threads"].append({"group": len(doc["groups"]) - 1, "cpu": cpu,
+                               "start_ns": round(rng.expovariate(1.0 / off["exp"])),
+                               "behavior": {"type": "onoff", "on": on, "off": off}})  # fmt: skip
 
 
 def simulate_many(configs: list[dict[str, Any]], jobs: int | None = None) -> list[dict[str, Any]]:
@@ -291,6 +344,7 @@ def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | Non
                                                              else "none"),
                  "policy": target.policy, "sched_features": {f: f in policies.POLICIES[target.policy]
                                                               for f in policies.FEATURES},
+                 "other_work": target.other_source or "none",
                  "source_version": "7.3 (model)", "hz": target.hz, "vcpus": target.ncpu, "tick": target.tick,
                  "seed": target.seed, "slice_us": slice_us, "cgroup": "simulated"})  # fmt: skip
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,

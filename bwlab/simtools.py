@@ -36,19 +36,21 @@ def _throttled(reps: list[dict[str, Any]]) -> list[float]:
             if "metrics" in r and r["metrics"].get("throttled_pct") is not None]  # fmt: skip
 
 
-def latency_for(doc: dict[str, Any], timerlats: list[dict[str, Any]]) -> dict[str, Any] | None:
-    """The timerlat result measured on the same machine as a lab result: same target and HZ
-    (the label without the policy: a patched guest's timers run as late as the baseline's)."""
+def measured_for(doc: dict[str, Any], measured: list[dict[str, Any]]) -> dict[str, Any] | None:
+    """The timerlat (or noise) result measured on the same machine as a lab result: same target
+    and HZ (the label without the policy: a patched guest's timers run as late as the baseline's)."""
     meta = doc["meta"]
-    same = [t for t in timerlats
+    same = [t for t in measured
             if t["meta"].get("target") == meta.get("target") and t["meta"].get("hz") == meta.get("hz")]  # fmt: skip
     exact = [t for t in same if t["meta"].get("label") == meta.get("label")]
     found = exact or same
     return found[0] if found else None
 
 
-def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None) -> sim.SimTarget:
-    """The simulated machine matching a lab result file's machine and kernel policy."""
+def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,
+               noise: dict[str, Any] | None = None) -> sim.SimTarget:  # fmt: skip
+    """The simulated machine matching a lab result file's machine and kernel policy, with its
+    measured timer latencies and other work when there are timerlat and noise results."""
     meta = doc["meta"]
     policy = meta.get("policy") or "mainline"
     if policy not in policies.POLICIES:
@@ -58,25 +60,33 @@ def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None) -> sim.SimT
     if timerlat is not None:
         source = f"timerlat-{timerlat['meta']['label']}"
         latency = sim.timer_latency(timerlat, source)
+    other_pct, other_source = 0.0, ""
+    bursts: tuple[int, ...] = ()
+    if noise is not None:
+        other_pct, bursts = sim.other_load(noise, f"noise-{noise['meta']['label']}")
+        other_source = f"noise-{noise['meta']['label']} ({other_pct:.2f} %)"
     return sim.SimTarget(ncpu=int(meta.get("vcpus") or 2), hz=int(meta.get("hz") or 250), policy=policy,
-                         latency_ns=latency, latency_source=source)  # fmt: skip
+                         latency_ns=latency, latency_source=source, other_pct=other_pct,
+                         other_bursts_ns=bursts, other_source=other_source)  # fmt: skip
 
 
-def validate(lab_dir: Path, out_dir: Path, reps: int = 20,
-             use_latency: bool = True) -> tuple[list[dict[str, Any]], Path]:  # fmt: skip
+def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = True,
+             use_noise: bool = True) -> tuple[list[dict[str, Any]], Path]:  # fmt: skip
     """Every lab result of the validated scenarios against the simulator; rows + report path.
 
     Ticks and timers are delayed by the timer latencies measured on the same machine (a
-    `timerlat` result in the same directory), if there is one and `use_latency`."""
+    `timerlat` result in the same directory), if there is one and `use_latency`; the CPUs
+    carry the other work measured there (a `noise` result), if there is one and `use_noise`."""
     all_docs = results.load_dir(lab_dir)
     docs = [d for d in all_docs
             if d["scenario"] in VALIDATED and d["meta"].get("target") in ("host", "guest")]  # fmt: skip
     timerlats = [d for d in all_docs if d["scenario"] == "timerlat" and use_latency]
+    noises = [d for d in all_docs if d["scenario"] == "noise" and use_noise]
     if not docs:
         raise BwlabError(f"{lab_dir}: no host or guest results of {', '.join(VALIDATED)} to validate against")
     rows: list[dict[str, Any]] = []
     for doc in docs:
-        target = lab_target(doc, latency_for(doc, timerlats))
+        target = lab_target(doc, measured_for(doc, timerlats), measured_for(doc, noises))
         sc = scenario.load(scenario.find(doc["scenario"]), {"repetitions": reps})
         specs = {s.case: s for s in sc.resolve(target.ncpu)}
         wanted = [c for c in doc["cases"] if c["case"] in specs and _throttled(c["reps"])]
@@ -89,6 +99,7 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20,
                 continue
             rows.append({"scenario": doc["scenario"], "lab": doc["meta"]["label"], "case": case["case"],
                          "policy": target.policy, "hz": target.hz, "timer_latency": target.latency_source or "none",
+                         "other_work": target.other_source or "none",
                          "lab_mean": lab_m, "lab_sd": lab_sd, "lab_reps": len(_throttled(case["reps"])),
                          "sim_mean": sim_m, "sim_sd": sim_sd, "sim_reps": len(outs),
                          "ok": within(lab_m, sim_m)})  # fmt: skip
@@ -98,14 +109,17 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20,
     lines = ["# Simulator vs lab: throttled periods (%)", "",
              f"Lab results from `{lab_dir}`; simulator: {reps} seeds per point (period-timer and tick phases",
              "drawn per seed), ticks and timers late by the timer latencies measured on the same machine",
-             "(`timerlat` result named in the last column, none: on time).",
+             "(`timerlat` result named in its column, none: on time), and the CPUs carrying the other work",
+             "measured there (`noise` result: the share of a busy CPU its threads were not charged for,",
+             "replayed as bursts of the measured sizes; none: the group has the CPUs to itself).",
              "Tolerance: +/-20 % relative, +/-3 points where the lab mean is below 15 %.", "",
-             "| scenario | lab target | case | lab mean ±sd (n) | sim mean ±sd (n) | within | timer latency |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "| scenario | lab target | case | lab mean ±sd (n) | sim mean ±sd (n) | within | timer latency "
+             "| other work |",
+             "|---|---|---|---|---|---|---|---|"]  # fmt: skip
     for r in rows:
         lines.append(f"| {r['scenario']} | {r['lab']} | {r['case']} | {r['lab_mean']:.1f} ±{r['lab_sd']:.1f} "
                      f"({r['lab_reps']}) | {r['sim_mean']:.1f} ±{r['sim_sd']:.1f} ({r['sim_reps']}) | "
-                     f"{'yes' if r['ok'] else '**no**'} | {r['timer_latency']} |")  # fmt: skip
+                     f"{'yes' if r['ok'] else '**no**'} | {r['timer_latency']} | {r['other_work']} |")  # fmt: skip
     ok = sum(r["ok"] for r in rows)
     lines += ["", f"{ok} of {len(rows)} points within tolerance."]
     path = out_dir / "validate.md"

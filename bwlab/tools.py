@@ -10,7 +10,7 @@ from pathlib import Path
 from bwlab.errors import BwlabError
 from bwlab.paths import WORKLOAD_SRC, workload_bin_dir
 
-OUR_PROGRAMS = ("cglat", "cgwrite", "cgstress", "wakelat", "funcs")
+OUR_PROGRAMS = ("cglat", "cgwrite", "cgstress", "wakelat", "funcs", "noise")
 # Logical program name -> (executable, Debian package that provides it).
 PACKAGED = {"sysbench": ("sysbench", "sysbench"), "hackbench": ("hackbench", "rt-tests"),
             "busybox": ("busybox", "busybox-static")}  # fmt: skip

@@ -6,8 +6,8 @@ from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
 
 def test_plan_without_series_is_the_lab() -> None:
     jobs = reproduce.plan(patched=False, host=True, guest=True, quick=False)
-    assert {j.what for j in jobs} == {"timerlat", "table2", "rewrite-storm", "cglat", "slice", "burst", "hierarchy",
-                                      "colocation"}  # fmt: skip
+    assert {j.what for j in jobs} == {"timerlat", "noise", "table2", "rewrite-storm", "cglat", "slice", "burst",
+                                      "hierarchy", "colocation"}  # fmt: skip
     assert all(j.kernel is None or not j.kernel.patched for j in jobs)
 
 
@@ -24,14 +24,19 @@ def test_full_plan_covers_the_evaluation() -> None:
     assert stress.kernel is not None and stress.kernel.fragments == (DEBUG_CONFIG,)
     assert len({j.describe() for j in jobs}) == len(jobs)  # every run writes its own result file
     # the simulator's validation finds a timer latency measurement for every machine and HZ
-    timerlat = {(None if j.kernel is None else (j.kernel.patched, j.kernel.hz)) for j in jobs if j.what == "timerlat"}
-    assert timerlat == {None, (False, 250), (False, 1000)}
+    # and the other work on its CPUs (noise), measured right before table2 on the same machine
+    for what in ("timerlat", "noise"):
+        where = {(None if j.kernel is None else (j.kernel.patched, j.kernel.hz)) for j in jobs if j.what == what}
+        assert where == {None, (False, 250), (False, 1000)}, what
+        for kernel in {j.kernel for j in jobs if j.what == what}:
+            order = [j.what for j in jobs if j.kernel == kernel]
+            assert order.index(what) < order.index("table2")
 
 
 def test_quick_and_partial_plans() -> None:
     quick = reproduce.plan(patched=True, host=True, guest=True, quick=True)
-    assert {j.what for j in quick} == {"timerlat", "table2", "rewrite-storm", "cglat", "burst", "hierarchy",
-                                       "colocation"}  # fmt: skip
+    assert {j.what for j in quick} == {"timerlat", "noise", "table2", "rewrite-storm", "cglat", "burst",
+                                       "hierarchy", "colocation"}  # fmt: skip
     assert all(j.kernel is None or j.kernel.hz == 250 for j in quick)
     assert all(dict(j.overrides)["repetitions"] == 1 for j in quick)  # trimmed to one repetition
     patched = {j.what for j in quick if j.kernel and j.kernel.patched}

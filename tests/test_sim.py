@@ -277,7 +277,7 @@ def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
             _timerlat_doc("guest-baseline-hz1000", "guest", 1000, [1100])]  # fmt: skip
 
     def pick(label: str, target: str, hz: int) -> object:
-        found = simtools.latency_for({"meta": {"label": label, "target": target, "hz": hz}}, lats)
+        found = simtools.measured_for({"meta": {"label": label, "target": target, "hz": hz}}, lats)
         return None if found is None else found["meta"]["label"]  # type: ignore[index]
 
     assert pick("guest-patched-all", "guest", 250) == "guest-baseline"
@@ -304,3 +304,56 @@ def test_wakelat_scenarios_in_the_simulator(tmp_path: Path) -> None:
     proc = bwlab("run", str(path), "--target", "sim", "--out", str(tmp_path / "out"))
     assert proc.returncode == 1
     assert "wakelat with batched posts (batch = 4) is not modelled by the simulator" in proc.stderr
+
+
+def _noise_doc(label: str, pct: float, bursts: list[int]) -> dict[str, object]:
+    rep = {"metrics": {"uncharged_pct": pct}, "samples_us": bursts}
+    return {"scenario": "noise", "meta": {"label": label, "target": "host", "hz": 250},
+            "cases": [{"case": "default", "reps": [rep]}]}  # fmt: skip
+
+
+def test_other_load_from_a_noise_result() -> None:
+    pct, bursts = sim.other_load(_noise_doc("host", 1.5, [100, 0, 2000]), "x")
+    assert pct == 1.5 and bursts == (100_000, 2_000_000)  # ns; a 0 us burst is no burst
+    many = sim.other_load(_noise_doc("host", 1.0, list(range(1, 10_001))), "x")[1]
+    assert len(many) == sim.OTHER_SAMPLES and many[0] == 1000 and many[-1] > 9_000_000  # thinned evenly
+    with pytest.raises(BwlabError, match=r"x: not a noise result"):
+        sim.other_load(_timerlat_doc("host", "host", 250, [1]), "x")
+    with pytest.raises(BwlabError, match=r"x: the noise result has an uncharged share but no burst sizes"):
+        sim.other_load(_noise_doc("host", 1.0, []), "x")
+    with pytest.raises(BwlabError, match=r"other work must take 0\.\.50 %"):
+        sim.SimTarget(other_pct=60.0, other_bursts_ns=(1000,))
+
+
+def test_other_work_takes_its_share_and_is_not_charged() -> None:
+    # one unlimited CPU-bound thread per CPU; other work measured at 10 % in 1-3 ms bursts
+    spec = scenario.load(scenario.find("table2")).resolve(2)[0]
+    assert spec.quota_us is None
+    target = sim.SimTarget(other_pct=10.0, other_bursts_ns=(1_000_000, 3_000_000), other_source="test")
+    cfg = sim.config(spec, target, 0)
+    other = [t for t in cfg["threads"] if t["group"] == len(cfg["groups"]) - 1]
+    assert cfg["groups"][-1]["quota_ns"] is None and [t["cpu"] for t in other] == [0, 1]
+    assert other[0]["behavior"]["on"] == {"empirical": [1e6, 3e6]}
+    assert other[0]["behavior"]["off"]["exp"] == pytest.approx(2e6 * 90 / 10)
+    out = sim.simulate_many([cfg])[0]
+    used = out["groups"][0]["usage_ns"] / out["duration_ns"] / 2
+    assert 0.87 <= used <= 0.93, used  # the group ran 90 % of its CPUs
+    plain = sim.simulate_many([sim.config(spec, sim.SimTarget(), 0)])[0]
+    assert plain["groups"][0]["usage_ns"] == 2 * plain["duration_ns"]  # without: all of them
+
+
+def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
+    lab = tmp_path / "lab"
+    lab.mkdir()
+    doc = {"schema": "bwlab-result/1", "scenario": "table2", "description": "", "status": "ok",
+           "meta": {"target": "host", "label": "host", "hz": 250, "vcpus": 2},
+           "cases": [{"case": "10ms", "reps": [{"metrics": {"throttled_pct": 45.0}}]}]}  # fmt: skip
+    (lab / "table2-host.json").write_text(json.dumps(doc))
+    noise = {"schema": "bwlab-result/1", "scenario": "noise", "description": "", "status": "ok",
+             **_noise_doc("host", 2.0, [500, 1500])}  # fmt: skip
+    (lab / "noise-host.json").write_text(json.dumps(noise))
+    rows, path = simtools.validate(lab, tmp_path / "v", reps=3)
+    assert rows and all(r["other_work"] == "noise-host (2.00 %)" for r in rows)
+    assert "noise-host (2.00 %)" in path.read_text()
+    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_noise=False)
+    assert all(r["other_work"] == "none" for r in rows)

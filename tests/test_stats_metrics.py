@@ -148,3 +148,15 @@ def test_funcs_metrics() -> None:
     assert "sched_switches_per_s" not in metrics.parse_funcs(json.dumps(doc))[0]
     with pytest.raises(BwlabError, match="funcs output"):
         metrics.parse_funcs('{"workload": "funcs"}')
+
+
+def test_parse_noise() -> None:
+    doc = {"workload": "noise", "uncharged_pct": 1.25, "burst_mean_us": 400.5, "bursts_us": [30, 1400, 8000],
+           "burst_us": {"n": 3, "p50": 1400.0, "p99": 8000.0, "p99_9": 8000.0, "max": 8000.0}}  # fmt: skip
+    out, samples = metrics.parse_noise("noise: a line before\n" + json.dumps(doc))
+    assert samples == [30, 1400, 8000]
+    assert out["uncharged_pct"] == 1.25 and out["bursts"] == 3 and out["burst_mean_us"] == 400.5
+    assert out["burst_p99_us"] == 8000.0 and out["burst_p999_us"] == 8000.0
+    for bad in ("", "not json", json.dumps({**doc, "bursts_us": None})):
+        with pytest.raises(BwlabError, match="noise output is not its JSON document"):
+            metrics.parse_noise(bad)

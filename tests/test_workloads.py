@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import json
 import random
+import signal
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -169,4 +171,41 @@ def test_funcs_latency_awareness_on_a_kernel_without_it(bindir: Path, tmp_path: 
 @pytest.mark.parametrize("args", [["-n", "0"], ["-l", "x"], ["-s", "9"], ["-L", "1"], ["-w", "0"], ["extra"]])
 def test_funcs_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     proc = run_funcs(bindir, *args, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_noise_accounts_for_every_microsecond(bindir: Path) -> None:
+    proc = subprocess.run([str(bindir / "noise"), "-t", "2", "-d", "1"], capture_output=True, text=True, timeout=30)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["threads"] == 2 and len(doc["per_thread"]) == 2
+    for t in doc["per_thread"]:
+        assert 1_000_000 <= t["wall_us"] < 1_100_000
+        assert abs(t["charged_us"] + t["uncharged_us"] - t["wall_us"]) <= 1  # each rounded down to us
+        # two threads on a machine with at least two CPUs get most of the time they ask for
+        assert 0 <= t["uncharged_us"] < 0.5 * t["wall_us"]
+        # the bursts are uncharged time: never more than there was (rounding: 1 us per burst)
+        assert t["in_bursts_us"] <= t["uncharged_us"] + t["bursts"]
+    assert abs(doc["uncharged_us"] - sum(t["uncharged_us"] for t in doc["per_thread"])) <= 2
+    assert abs(doc["uncharged_pct"] - 100 * doc["uncharged_us"] / doc["wall_us"]) < 0.01
+    assert len(doc["bursts_us"]) == min(20000, doc["burst_us"]["n"])
+    assert all(b >= 5 for b in doc["bursts_us"])  # a burst holds at least one 5 us gap
+
+
+def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
+    # SIGSTOP for ~0.3 s: wall time passes, the threads are not charged: one big burst each
+    proc = subprocess.Popen([str(bindir / "noise"), "-t", "1", "-d", "2"], stdout=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate(timeout=30)
+    doc = json.loads(out)
+    assert 250_000 <= doc["uncharged_us"] <= 1_000_000
+    assert doc["burst_us"]["max"] >= 250_000
+
+
+@pytest.mark.parametrize("args", [["-t", "0"], ["-d", "x"], ["-g", "0"], ["-m", "-1"], ["extra"]])
+def test_noise_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = subprocess.run([str(bindir / "noise"), *args], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""

@@ -103,19 +103,22 @@ pub enum Dist {
     Uniform(f64, f64),
     /// Log-normal with this median and shape sigma.
     Lognormal(f64, f64),
+    /// Drawn uniformly from measured values (e.g. `noise`'s burst sizes).
+    Empirical(Vec<f64>),
 }
 
 impl Dist {
     pub fn check(&self, what: &str) -> Result<(), String> {
-        let ok = match *self {
-            Dist::Fixed(v) | Dist::Exp(v) => v.is_finite() && v >= 0.0,
-            Dist::Uniform(a, b) => a.is_finite() && b.is_finite() && 0.0 <= a && a <= b,
-            Dist::Lognormal(m, s) => m.is_finite() && s.is_finite() && m > 0.0 && s >= 0.0,
+        let ok = match self {
+            Dist::Fixed(v) | Dist::Exp(v) => v.is_finite() && *v >= 0.0,
+            Dist::Uniform(a, b) => a.is_finite() && b.is_finite() && 0.0 <= *a && a <= b,
+            Dist::Lognormal(m, s) => m.is_finite() && s.is_finite() && *m > 0.0 && *s >= 0.0,
+            Dist::Empirical(v) => !v.is_empty() && v.iter().all(|x| x.is_finite() && *x >= 0.0),
         };
-        if ok {
-            Ok(())
-        } else {
-            Err(format!("{what}: invalid distribution {self:?}"))
+        match (ok, self) {
+            (true, _) => Ok(()),
+            (false, Dist::Empirical(_)) => Err(format!("{what}: empirical values must be finite, >= 0, at least one")),
+            (false, _) => Err(format!("{what}: invalid distribution {self:?}")),
         }
     }
 }

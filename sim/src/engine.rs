@@ -18,6 +18,7 @@
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, VecDeque};
+use std::rc::Rc;
 
 use serde::Serialize;
 
@@ -102,7 +103,8 @@ enum State {
 struct Thread {
     group: usize,
     cpu: usize,
-    behavior: Behavior,
+    // shared, not copied per burst: traces and measured distributions can be large
+    behavior: Rc<Behavior>,
     state: State,
     work_left: i64, // of the current CPU burst; i64::MAX: never ends
     run_since: i64,
@@ -294,7 +296,7 @@ impl Sim {
             .map(|(i, t)| Thread {
                 group: t.group,
                 cpu: t.cpu.unwrap_or(i % ncpu),
-                behavior: t.behavior.clone(),
+                behavior: Rc::new(t.behavior.clone()),
                 state: State::NotStarted,
                 work_left: 0,
                 run_since: 0,
@@ -936,7 +938,7 @@ impl Sim {
         th.run_since = now;
         if let Some(woke) = th.woke_at.take() {
             if self.cfg.record.samples {
-                match th.behavior {
+                match *th.behavior {
                     Behavior::Sleeper { .. } => self.samples.sleep_ns.push(now - th.sleep_start),
                     Behavior::Worker => self.samples.wakeup_ns.push(now - woke),
                     _ => {}
@@ -1019,10 +1021,10 @@ impl Sim {
     /// The next CPU burst of a thread that starts or wakes; None: it sleeps until woken
     /// by a request (worker) or has finished (trace without repeat).
     fn next_burst(&mut self, t: usize) -> Option<i64> {
-        match self.threads[t].behavior.clone() {
+        match &*Rc::clone(&self.threads[t].behavior) {
             Behavior::Cpu => Some(i64::MAX),
-            Behavior::Onoff { on, .. } => Some(self.rng.draw(&on)),
-            Behavior::Sleeper { run_ns, .. } => Some(run_ns),
+            Behavior::Onoff { on, .. } => Some(self.rng.draw(on)),
+            Behavior::Sleeper { run_ns, .. } => Some(*run_ns),
             Behavior::Worker => None,
             Behavior::Trace { intervals, .. } => Some(intervals[self.threads[t].trace_idx].0),
         }
@@ -1031,7 +1033,7 @@ impl Sim {
     fn wake(&mut self, t: usize) {
         match self.threads[t].state {
             State::NotStarted => {
-                if matches!(self.threads[t].behavior, Behavior::Worker) {
+                if matches!(*self.threads[t].behavior, Behavior::Worker) {
                     self.threads[t].state = State::Sleeping;
                     self.idle_workers.push(t);
                     return;
@@ -1055,18 +1057,18 @@ impl Sim {
         }
         let c = th.cpu;
         let throttled = self.update_curr(c);
-        match self.threads[t].behavior.clone() {
+        match &*Rc::clone(&self.threads[t].behavior) {
             Behavior::Cpu => {}
             Behavior::Onoff { off, .. } => {
-                let d = self.rng.draw(&off);
+                let d = self.rng.draw(off);
                 self.sleep(t, Some(d));
             }
-            Behavior::Sleeper { sleep_ns, .. } => self.sleep(t, Some(sleep_ns)),
+            Behavior::Sleeper { sleep_ns, .. } => self.sleep(t, Some(*sleep_ns)),
             Behavior::Trace { intervals, repeat } => {
                 let idx = self.threads[t].trace_idx;
                 let sleep = intervals[idx].1;
                 let next = idx + 1;
-                if next == intervals.len() && !repeat {
+                if next == intervals.len() && !*repeat {
                     self.stop(t);
                     self.dequeue(t);
                     self.threads[t].state = State::Finished;

@@ -37,11 +37,12 @@ impl Rng {
 
     /// A duration in ns, at least 0.
     pub fn draw(&mut self, d: &Dist) -> i64 {
-        let v = match *d {
-            Dist::Fixed(v) => v,
+        let v = match d {
+            Dist::Fixed(v) => *v,
             Dist::Exp(mean) => -mean * (1.0 - self.unit()).ln(),
             Dist::Uniform(a, b) => a + (b - a) * self.unit(),
             Dist::Lognormal(median, sigma) => median * (sigma * self.normal()).exp(),
+            Dist::Empirical(samples) => samples[self.below(samples.len() as i64) as usize],
         };
         v.clamp(0.0, 1e15) as i64
     }
@@ -75,5 +76,15 @@ mod tests {
         let l = mean(&mut r, Dist::Lognormal(1000.0, 0.5));
         assert!((l - 1000.0 * (0.125f64).exp()).abs() < 15.0, "lognormal mean {l}");
         assert_eq!(r.draw(&Dist::Fixed(42.0)), 42);
+        // empirical: every draw is one of the samples, each about equally often
+        let samples = vec![10.0, 20.0, 30.0, 40.0];
+        let d = Dist::Empirical(samples.clone());
+        let mut seen = [0usize; 4];
+        for _ in 0..40_000 {
+            let v = r.draw(&d);
+            let i = samples.iter().position(|&s| s as i64 == v).expect("a drawn value is a sample");
+            seen[i] += 1;
+        }
+        assert!(seen.iter().all(|&n| (9_000..11_000).contains(&n)), "empirical draws {seen:?}");
     }
 }
