@@ -160,12 +160,16 @@ def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
         latency = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
     other_pct, other_source = 0.0, ""
     bursts: tuple[int, ...] = ()
+    latency_source = args.timer_latency or ""
     if getattr(args, "noise", None):
-        other_pct, bursts = sim.other_load(results.load(Path(args.noise)), args.noise)
+        noise = results.load(Path(args.noise))
+        other_pct, bursts = sim.other_load(noise, args.noise)
         other_source = f"{args.noise} ({other_pct:.2f} %)"
+        if not args.timer_latency:  # its timer interrupt lateness, as validate uses it
+            latency, latency_source = sim.interrupt_latency(noise, args.noise), args.noise
     return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
                          seed=args.seed, jitter_us=args.jitter_us, latency_ns=latency,
-                         latency_source=args.timer_latency or "", other_pct=other_pct, other_bursts_ns=bursts,
+                         latency_source=latency_source, other_pct=other_pct, other_bursts_ns=bursts,
                          other_source=other_source)  # fmt: skip
 
 
@@ -178,7 +182,8 @@ def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     p.add_argument("--timer-latency", metavar="RESULT",
                    help="sim: a timerlat result file; ticks and timers run late by its measured latencies")  # fmt: skip
     p.add_argument("--noise", metavar="RESULT",
-                   help="sim: a noise result file; every CPU carries the other work it measured")  # fmt: skip
+                   help="sim: a noise result file; every CPU carries the other work it measured, and "
+                        "ticks and timers run late by its timer lateness (unless --timer-latency)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
 
 

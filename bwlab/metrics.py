@@ -57,17 +57,38 @@ def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
     return metrics, samples
 
 
-def parse_noise(stdout: str) -> tuple[dict[str, float], list[int]]:
-    """noise's JSON: the share of a busy CPU its threads were not charged for, and the sizes of
-    the bursts it came in (us) -- the samples."""
+def noise_samples(stdout: str) -> tuple[list[float], list[float]]:
+    """noise's samples (us): the uncharged bursts' sizes and the timer interrupts' lateness."""
+    doc = _noise_doc(stdout)
+    try:
+        return [float(b) for b in doc["bursts_us"]], [float(t) for t in doc["timer_late_us"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
+
+
+def _noise_doc(stdout: str) -> dict[str, Any]:
     try:
         doc = json.loads(stdout.strip().splitlines()[-1])
-        out = {"uncharged_pct": float(doc["uncharged_pct"]), "bursts": float(doc["burst_us"]["n"]),
-               "burst_mean_us": float(doc["burst_mean_us"]), **_percentiles("burst", doc["burst_us"])}  # fmt: skip
-        samples = [int(s) for s in doc["bursts_us"]]
-    except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError, AttributeError) as exc:
+        if not isinstance(doc, dict) or doc.get("workload") != "noise":
+            raise ValueError("not noise's document")
+    except (json.JSONDecodeError, IndexError, ValueError) as exc:
         raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
-    return out, samples
+    return doc
+
+
+def parse_noise(stdout: str) -> dict[str, float]:
+    """noise's JSON: the share of a busy CPU its threads were not charged for, the sizes of the
+    bursts it came in (us), and how late timer interrupts came (us). The raw output, kept in the
+    result, holds the samples the simulator replays (noise_samples())."""
+    doc = _noise_doc(stdout)
+    noise_samples(stdout)  # both sample lists are there and numbers
+    try:
+        return {"uncharged_pct": float(doc["uncharged_pct"]), "bursts": float(doc["burst_us"]["n"]),
+                "burst_mean_us": float(doc["burst_mean_us"]), **_percentiles("burst", doc["burst_us"]),
+                "timer_interval_us": float(doc["timer_interval_us"]),
+                **_percentiles("timer_late", doc["timer_late"])}  # fmt: skip
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
 
 
 def parse_sysbench_threads(stdout: str) -> dict[str, float]:
@@ -222,8 +243,7 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         lat, samples = parse_funcs(raw.stdout)
         out.update(lat)
     elif kind == "noise":
-        lat, samples = parse_noise(raw.stdout)
-        out.update(lat)
+        out.update(parse_noise(raw.stdout))  # samples stay in the raw output (two kinds)
     elif kind == "sysbench-threads":
         out.update(parse_sysbench_threads(raw.stdout))
     if spec.lock_classes and raw.lock_stat:

@@ -43,6 +43,7 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("uncharged_pct", "uncharged %", 1.0),
     ("burst_mean_us", "uncharged burst mean µs", 1.0),
     ("burst_p99_us", "uncharged burst p99 ms", 1e-3),
+    ("timer_late_p99_us", "timer late p99 µs", 1.0),
 ]
 
 
@@ -127,8 +128,7 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
 
 # What a scenario's latency samples are, by workload (argv[0] of the case's settings).
 SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)",
-               "funcs": "request completion latency (ms)",
-               "noise": "uncharged burst: CPU time a busy thread lost at once (ms)"}  # fmt: skip
+               "funcs": "request completion latency (ms)"}  # fmt: skip
 
 
 def _workload(doc: dict[str, Any]) -> str:

@@ -38,7 +38,7 @@ WORKLOAD_KEYS: dict[str, set[str]] = {
     "sysbench-threads": {"kind", "threads", "locks", "yields"},
     "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
     "funcs": FUNCS_KEYS,
-    "noise": {"kind", "threads", "gap_us", "merge_us"},
+    "noise": {"kind", "threads", "gap_us", "merge_us", "work", "timer_interval_us"},
     # simulator only (until real workloads of these shapes exist in workloads/)
     "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
     "requests": {"kind", "workers", "rps", "service_us", "dist"},
@@ -482,7 +482,8 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     elif kind == "noise":
         threads = max(1, round(cpu_value(wl.get("threads", "ncpu"), ncpu, "threads")))
         argv = ("noise", "-t", str(threads), "-d", dur_arg, "-g", str(int(wl.get("gap_us", 5))),
-                "-m", str(int(wl.get("merge_us", 100))))  # fmt: skip
+                "-m", str(int(wl.get("merge_us", 100))), "-w", str(int(wl.get("work", 0))),
+                "-i", str(int(wl.get("timer_interval_us", 997))))  # fmt: skip
     else:  # simulator only
         argv = (kind,)
     table = dict(wl)

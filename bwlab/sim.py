@@ -20,7 +20,7 @@ from typing import Any
 
 from bwlab import policies, results
 from bwlab.errors import BwlabError
-from bwlab.metrics import latency_metrics, stat_metrics
+from bwlab.metrics import latency_metrics, noise_samples, stat_metrics
 from bwlab.scenario import RunSpec, Scenario
 
 TICK_MODES = ("aligned", "skew", "random")
@@ -50,26 +50,44 @@ def timer_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
 OTHER_SAMPLES = 2000  # burst sizes handed to the model: enough for the shape, small configurations
 
 
-def other_load(doc: dict[str, Any], where: str) -> tuple[float, tuple[int, ...]]:
-    """From a `noise` result: the share (%) of a busy CPU that other work took without it being
-    charged, and the sizes (ns) of the bursts it came in, evenly thinned to OTHER_SAMPLES."""
+def _noise_reps(doc: dict[str, Any], where: str) -> list[tuple[float, list[float], list[float]]]:
+    """(uncharged %, burst sizes us, tick lateness us) of each measured repetition of a noise result."""
     if doc.get("scenario") != "noise":
         raise BwlabError(f"{where}: not a noise result (scenario {doc.get('scenario')!r})")
-    pcts: list[float] = []
-    bursts: list[int] = []
+    out = []
     for case in doc["cases"]:
         for rep in case["reps"]:
             pct = rep.get("metrics", {}).get("uncharged_pct")
-            if pct is not None:
-                pcts.append(max(0.0, float(pct)))
-            bursts += [s * 1000 for s in rep.get("samples_us", []) if s > 0]
-    if not pcts:
+            if pct is None:
+                continue
+            try:
+                bursts, late = noise_samples(rep.get("raw", {}).get("stdout", ""))
+            except BwlabError as exc:
+                raise BwlabError(f"{where}: {exc}") from None
+            out.append((max(0.0, float(pct)), bursts, late))
+    if not out:
         raise BwlabError(f"{where}: the noise result has no measured repetition")
-    pct = statistics.fmean(pcts)
+    return out
+
+
+def other_load(doc: dict[str, Any], where: str) -> tuple[float, tuple[int, ...]]:
+    """From a `noise` result: the share (%) of a busy CPU that other work took without it being
+    charged, and the sizes (ns) of the bursts it came in, evenly thinned to OTHER_SAMPLES."""
+    reps = _noise_reps(doc, where)
+    pct = statistics.fmean(p for p, _, _ in reps)
+    bursts = [round(b * 1000) for _, bs, _ in reps for b in bs if b > 0]
     if pct > 0 and not bursts:
         raise BwlabError(f"{where}: the noise result has an uncharged share but no burst sizes")
     step = max(1, len(bursts) // OTHER_SAMPLES)
     return pct, tuple(bursts[::step][:OTHER_SAMPLES])
+
+
+def interrupt_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
+    """From a `noise` result: how late (ns) timer interrupts arrived on a busy CPU."""
+    late = [round(t * 1000) for _, _, ts in _noise_reps(doc, where) for t in ts]
+    if not late:
+        raise BwlabError(f"{where}: the noise result has no timer lateness samples")
+    return tuple(late)
 
 
 def _module() -> Any:

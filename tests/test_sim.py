@@ -306,21 +306,28 @@ def test_wakelat_scenarios_in_the_simulator(tmp_path: Path) -> None:
     assert "wakelat with batched posts (batch = 4) is not modelled by the simulator" in proc.stderr
 
 
-def _noise_doc(label: str, pct: float, bursts: list[int]) -> dict[str, object]:
-    rep = {"metrics": {"uncharged_pct": pct}, "samples_us": bursts}
-    return {"scenario": "noise", "meta": {"label": label, "target": "host", "hz": 250},
+def _noise_doc(label: str, pct: float, bursts: list[int], late: list[float] | None = None) -> dict[str, object]:
+    stdout = json.dumps({"workload": "noise", "bursts_us": bursts, "timer_late_us": late or [0.0, 20.0]})
+    rep = {"metrics": {"uncharged_pct": pct}, "raw": {"stdout": stdout}}
+    return {"schema": "bwlab-result/1", "scenario": "noise", "description": "", "status": "ok",
+            "meta": {"label": label, "target": "host", "hz": 250},
             "cases": [{"case": "default", "reps": [rep]}]}  # fmt: skip
 
 
-def test_other_load_from_a_noise_result() -> None:
+def test_other_load_and_interrupt_latency_from_a_noise_result() -> None:
     pct, bursts = sim.other_load(_noise_doc("host", 1.5, [100, 0, 2000]), "x")
     assert pct == 1.5 and bursts == (100_000, 2_000_000)  # ns; a 0 us burst is no burst
     many = sim.other_load(_noise_doc("host", 1.0, list(range(1, 10_001))), "x")[1]
     assert len(many) == sim.OTHER_SAMPLES and many[0] == 1000 and many[-1] > 9_000_000  # thinned evenly
+    assert sim.interrupt_latency(_noise_doc("host", 1.0, [5], [0.0, 12.5, 3300.0]), "x") == (0, 12_500, 3_300_000)
     with pytest.raises(BwlabError, match=r"x: not a noise result"):
         sim.other_load(_timerlat_doc("host", "host", 250, [1]), "x")
     with pytest.raises(BwlabError, match=r"x: the noise result has an uncharged share but no burst sizes"):
         sim.other_load(_noise_doc("host", 1.0, []), "x")
+    doc = _noise_doc("host", 1.0, [5])
+    doc["cases"][0]["reps"][0]["raw"]["stdout"] = "garbage"  # type: ignore[index]
+    with pytest.raises(BwlabError, match=r"x: noise output is not its JSON document"):
+        sim.interrupt_latency(doc, "x")
     with pytest.raises(BwlabError, match=r"other work must take 0\.\.50 %"):
         sim.SimTarget(other_pct=60.0, other_bursts_ns=(1000,))
 
@@ -349,11 +356,15 @@ def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
            "meta": {"target": "host", "label": "host", "hz": 250, "vcpus": 2},
            "cases": [{"case": "10ms", "reps": [{"metrics": {"throttled_pct": 45.0}}]}]}  # fmt: skip
     (lab / "table2-host.json").write_text(json.dumps(doc))
-    noise = {"schema": "bwlab-result/1", "scenario": "noise", "description": "", "status": "ok",
-             **_noise_doc("host", 2.0, [500, 1500])}  # fmt: skip
-    (lab / "noise-host.json").write_text(json.dumps(noise))
+    (lab / "noise-host.json").write_text(json.dumps(_noise_doc("host", 2.0, [500, 1500])))
+    timerlat = {"schema": "bwlab-result/1", "description": "", "status": "ok",
+                **_timerlat_doc("host", "host", 250, [1100])}  # fmt: skip
+    (lab / "timerlat-host.json").write_text(json.dumps(timerlat))
     rows, path = simtools.validate(lab, tmp_path / "v", reps=3)
-    assert rows and all(r["other_work"] == "noise-host (2.00 %)" for r in rows)
+    # the noise probe's interrupt lateness is preferred to the timerlat sleeper's
+    assert rows and all(r["other_work"] == "noise-host (2.00 %)" and r["timer_latency"] == "noise-host" for r in rows)
     assert "noise-host (2.00 %)" in path.read_text()
     rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_noise=False)
-    assert all(r["other_work"] == "none" for r in rows)
+    assert all(r["other_work"] == "none" and r["timer_latency"] == "timerlat-host" for r in rows)
+    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_latency=False)
+    assert all(r["other_work"] == "noise-host (2.00 %)" and r["timer_latency"] == "none" for r in rows)

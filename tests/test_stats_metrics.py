@@ -150,13 +150,21 @@ def test_funcs_metrics() -> None:
         metrics.parse_funcs('{"workload": "funcs"}')
 
 
-def test_parse_noise() -> None:
+def _noise_stdout(**over: object) -> str:
     doc = {"workload": "noise", "uncharged_pct": 1.25, "burst_mean_us": 400.5, "bursts_us": [30, 1400, 8000],
-           "burst_us": {"n": 3, "p50": 1400.0, "p99": 8000.0, "p99_9": 8000.0, "max": 8000.0}}  # fmt: skip
-    out, samples = metrics.parse_noise("noise: a line before\n" + json.dumps(doc))
-    assert samples == [30, 1400, 8000]
+           "burst_us": {"n": 3, "p50": 1400.0, "p99": 8000.0, "p99_9": 8000.0, "max": 8000.0},
+           "timer_interval_us": 997, "timer_late_us": [0.0, 12.5, 3300.0],
+           "timer_late": {"n": 3, "p50": 12.5, "p99": 3300.0, "max": 3300.0}}  # fmt: skip
+    return "noise: a line before\n" + json.dumps({**doc, **over})
+
+
+def test_parse_noise() -> None:
+    out = metrics.parse_noise(_noise_stdout())
     assert out["uncharged_pct"] == 1.25 and out["bursts"] == 3 and out["burst_mean_us"] == 400.5
     assert out["burst_p99_us"] == 8000.0 and out["burst_p999_us"] == 8000.0
-    for bad in ("", "not json", json.dumps({**doc, "bursts_us": None})):
+    assert out["timer_late_p50_us"] == 12.5 and out["timer_late_max_us"] == 3300.0
+    assert metrics.noise_samples(_noise_stdout()) == ([30.0, 1400.0, 8000.0], [0.0, 12.5, 3300.0])
+    for bad in ("", "not json", json.dumps({"workload": "cglat"}), _noise_stdout(bursts_us=None),
+                _noise_stdout(timer_late_us=["x"]), _noise_stdout(timer_late=None)):  # fmt: skip
         with pytest.raises(BwlabError, match="noise output is not its JSON document"):
             metrics.parse_noise(bad)

@@ -190,6 +190,19 @@ def test_noise_accounts_for_every_microsecond(bindir: Path) -> None:
     assert abs(doc["uncharged_pct"] - 100 * doc["uncharged_us"] / doc["wall_us"]) < 0.01
     assert len(doc["bursts_us"]) == min(20000, doc["burst_us"]["n"])
     assert all(b >= 5 for b in doc["bursts_us"])  # a burst holds at least one 5 us gap
+    # a timer every 997 us per thread: about 1000 expiries each, less those it was not running for
+    assert 1500 <= doc["timer_late"]["n"] <= 2010 and len(doc["timer_late_us"]) == doc["timer_late"]["n"]
+    assert all(0 <= t < 1_000_000 for t in doc["timer_late_us"])
+
+
+def test_noise_timer_interval(bindir: Path) -> None:
+    def late(*args: str) -> dict[str, float]:
+        proc = subprocess.run([str(bindir / "noise"), "-d", "1", *args], capture_output=True, text=True, timeout=30)
+        assert proc.returncode == 0, proc.stderr
+        return json.loads(proc.stdout)["timer_late"]  # type: ignore[no-any-return]
+
+    assert late("-i", "0") == {"n": 0}  # no timer
+    assert 1500 <= late("-i", "500", "-w", "100")["n"] <= 2010  # twice as many, with work between reads
 
 
 def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
@@ -205,7 +218,8 @@ def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
     assert doc["burst_us"]["max"] >= 250_000
 
 
-@pytest.mark.parametrize("args", [["-t", "0"], ["-d", "x"], ["-g", "0"], ["-m", "-1"], ["extra"]])
+@pytest.mark.parametrize("args", [["-t", "0"], ["-d", "x"], ["-g", "0"], ["-m", "-1"], ["-i", "-5"], ["-w", "x"],
+                                  ["extra"]])  # fmt: skip
 def test_noise_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     proc = subprocess.run([str(bindir / "noise"), *args], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""

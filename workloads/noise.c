@@ -14,8 +14,15 @@
  * uncharged share of the run, per thread and in all; the bursts' sizes (uncharged us,
  * in the order they happened, at most 20000 spread evenly) and their percentiles.
  * bwlab's simulator replays this as the other work on a machine's CPUs (bwlab validate).
+ *
+ * Each thread also arms a POSIX timer every -i us (CLOCK_MONOTONIC, an hrtimer, signal to
+ * the thread itself): the handler runs as the interrupt returns to the spinning thread, so
+ * how late it runs after the expiry is how late a timer interrupt arrives on a busy CPU --
+ * what the CFS period timer and the tick see -- without the wakeup and scheduling delay a
+ * sleeping thread would add. Reported as timer lateness samples (us, at most 20000).
  */
 #include <pthread.h>
+#include <signal.h>
 #include <stdatomic.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -28,27 +35,88 @@
 
 #define MAX_BURSTS (1L << 20)
 #define MAX_SAMPLES 20000L /* burst sizes printed: all, or this many evenly spread */
+#define MAX_LATE (1L << 20)
 
 struct spinner {
 	pthread_t tid;
 	int64_t wall_ns, charged_ns, uncharged_ns;
 	int64_t *bursts; /* ns of uncharged time per burst */
 	long nbursts;
+	int64_t *late; /* ns each timer expiry was handled after it was due */
+	long nlate;
 };
 
-static int64_t duration_ns, gap_ns, merge_ns;
+static int64_t duration_ns, gap_ns, merge_ns, interval_ns;
+static long work;
+static volatile uint64_t sink;
+/*
+ * For the signal handler: the calling thread's spinner, its timer's next expiry, and the
+ * two clocks as the spin loop last read them.
+ */
+static __thread struct spinner *self;
+static __thread int64_t due;
+static __thread volatile int64_t last_w, last_c;
+
+/*
+ * The loop spun until the interrupt came, so its last read is when the interrupt arrived.
+ * If time went uncharged since (another task ran, or the vCPU was away), the thread was
+ * not running when the timer was due: no sample, that delay is not the interrupt's.
+ */
+static void on_timer(int sig, siginfo_t *info, void *uc)
+{
+	int64_t w = now_ns(CLOCK_MONOTONIC), c = now_ns(CLOCK_THREAD_CPUTIME_ID);
+	int64_t arrived = last_w;
+
+	(void)sig;
+	(void)uc;
+	if (self && self->nlate < MAX_LATE && (w - last_w) - (c - last_c) < gap_ns)
+		self->late[self->nlate++] = arrived > due ? arrived - due : 0;
+	/* expiries missed while this one was late (overruns) are not samples of their own */
+	due += interval_ns * (1 + (info ? info->si_overrun : 0));
+}
+
+/* A timer signalling this thread every interval_ns, first due one interval from now. */
+static int arm_timer(timer_t *timer)
+{
+	struct sigevent sev = { 0 };
+	struct itimerspec its = { 0 };
+
+	sev.sigev_notify = SIGEV_THREAD_ID;
+	sev.sigev_signo = SIGRTMIN;
+	sev._sigev_un._tid = gettid(); /* sigev_notify_thread_id: glibc 2.35 and later only */
+	if (timer_create(CLOCK_MONOTONIC, &sev, timer))
+		return -1;
+	due = now_ns(CLOCK_MONOTONIC) + interval_ns;
+	its.it_value.tv_sec = due / 1000000000;
+	its.it_value.tv_nsec = due % 1000000000;
+	its.it_interval.tv_sec = interval_ns / 1000000000;
+	its.it_interval.tv_nsec = interval_ns % 1000000000;
+	return timer_settime(*timer, TIMER_ABSTIME, &its, NULL);
+}
 
 static void *spin(void *arg)
 {
 	struct spinner *s = arg;
 	int64_t w0 = now_ns(CLOCK_MONOTONIC), c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 	int64_t w = w0, c = c0, high = 0, burst = 0, last_gap = 0;
+	timer_t timer;
 
+	self = s;
+	if (interval_ns && arm_timer(&timer)) {
+		perror("noise: timer");
+		exit(1);
+	}
 	for (;;) {
 		int64_t lost;
+		uint64_t x = (uint64_t)w;
 
+		for (long k = 0; k < work; k++)
+			x = x * 6364136223846793005u + 1442695040888963407u;
+		sink = x;
 		w = now_ns(CLOCK_MONOTONIC);
 		c = now_ns(CLOCK_THREAD_CPUTIME_ID);
+		last_w = w;
+		last_c = c;
 		/*
 		 * Uncharged time so far, against its highest value: an interrupt that lands
 		 * between the two clock reads is charged (seen by the second read, not the
@@ -71,6 +139,9 @@ static void *spin(void *arg)
 	}
 	if (burst && s->nbursts < MAX_BURSTS)
 		s->bursts[s->nbursts++] = burst;
+	if (interval_ns)
+		timer_delete(timer);
+	self = NULL;
 	s->wall_ns = w - w0;
 	s->charged_ns = c - c0;
 	s->uncharged_ns = s->wall_ns - s->charged_ns;
@@ -84,18 +155,22 @@ static void usage(const char *prog)
 		"  -t  spinning threads, one per CPU to watch (default 1)\n"
 		"  -d  run time in seconds (default 10)\n"
 		"  -g  uncharged time in one loop iteration that counts as a gap, us (default 5)\n"
-		"  -m  gaps closer than this are one burst, us (default 100)\n",
+		"  -m  gaps closer than this are one burst, us (default 100)\n"
+		"  -w  arithmetic steps between clock reads, to look like a compute loop (default 0)\n"
+		"  -i  arm a timer every this many us and record how late it fires, 0: none (default 997)\n",
 		prog);
 }
 
 int main(int argc, char **argv)
 {
-	long threads = 1, duration_s = 10, gap_us = 5, merge_us = 100, total_bursts = 0;
+	long threads = 1, duration_s = 10, gap_us = 5, merge_us = 100, interval_us = 997, total_bursts = 0;
+	long total_late = 0;
+	struct sigaction sa = { 0 };
 	int64_t wall = 0, charged = 0, uncharged = 0, *all;
 	struct spinner *sp;
 	int opt;
 
-	while ((opt = getopt(argc, argv, "t:d:g:m:h")) != -1) {
+	while ((opt = getopt(argc, argv, "t:d:g:m:i:w:h")) != -1) {
 		switch (opt) {
 		case 't':
 			threads = parse_long("noise", optarg, "-t (threads)", 1, 4096);
@@ -109,6 +184,12 @@ int main(int argc, char **argv)
 		case 'm':
 			merge_us = parse_long("noise", optarg, "-m (merge, us)", 0, 1000000);
 			break;
+		case 'w':
+			work = parse_long("noise", optarg, "-w (work per loop)", 0, 1000000);
+			break;
+		case 'i':
+			interval_us = parse_long("noise", optarg, "-i (timer interval, us)", 0, 1000000);
+			break;
 		default:
 			usage(argv[0]);
 			return opt == 'h' ? 0 : 2;
@@ -121,6 +202,14 @@ int main(int argc, char **argv)
 	duration_ns = (int64_t)duration_s * 1000000000;
 	gap_ns = (int64_t)gap_us * 1000;
 	merge_ns = (int64_t)merge_us * 1000;
+	interval_ns = (int64_t)interval_us * 1000;
+	sa.sa_sigaction = on_timer;
+	sa.sa_flags = SA_SIGINFO | SA_RESTART;
+	sigemptyset(&sa.sa_mask);
+	if (sigaction(SIGRTMIN, &sa, NULL)) {
+		perror("noise: sigaction");
+		return 1;
+	}
 
 	sp = calloc((size_t)threads, sizeof(*sp));
 	if (!sp) {
@@ -131,7 +220,8 @@ int main(int argc, char **argv)
 		int err;
 
 		sp[i].bursts = malloc(MAX_BURSTS * sizeof(int64_t));
-		if (!sp[i].bursts) {
+		sp[i].late = malloc(MAX_LATE * sizeof(int64_t));
+		if (!sp[i].bursts || !sp[i].late) {
 			fprintf(stderr, "noise: out of memory\n");
 			return 1;
 		}
@@ -187,9 +277,29 @@ int main(int argc, char **argv)
 		printf("%s%lld", k ? "," : "", (long long)(all[k * total_bursts / n] / 1000));
 	printf("], ");
 	print_stats("burst_us", all, total_bursts, 1000);
-	printf("}\n");
 	for (long i = 0; i < threads; i++)
+		total_late += sp[i].nlate;
+	free(all);
+	all = malloc((size_t)(total_late + 1) * sizeof(*all));
+	if (!all) {
+		fprintf(stderr, "noise: out of memory\n");
+		return 1;
+	}
+	total_late = 0;
+	for (long i = 0; i < threads; i++) {
+		memcpy(all + total_late, sp[i].late, (size_t)sp[i].nlate * sizeof(*all));
+		total_late += sp[i].nlate;
+	}
+	printf(", \"timer_interval_us\": %ld, \"timer_late_us\": [", interval_us);
+	for (long k = 0, n = total_late < MAX_SAMPLES ? total_late : MAX_SAMPLES; k < n; k++)
+		printf("%s%.1f", k ? "," : "", (double)all[k * total_late / n] / 1000.0);
+	printf("], ");
+	print_stats("timer_late", all, total_late, 1000);
+	printf("}\n");
+	for (long i = 0; i < threads; i++) {
 		free(sp[i].bursts);
+		free(sp[i].late);
+	}
 	free(all);
 	free(sp);
 	return 0;
