@@ -38,13 +38,22 @@ def _throttled(reps: list[dict[str, Any]]) -> list[float]:
 
 def measured_for(doc: dict[str, Any], measured: list[dict[str, Any]]) -> dict[str, Any] | None:
     """The timerlat (or noise) result measured on the same machine as a lab result: same target
-    and HZ (the label without the policy: a patched guest's timers run as late as the baseline's)."""
+    and HZ (the label without the policy: a patched guest's timers run as late as the baseline's).
+    Several (e.g. one per boot: a TCG guest's timer lateness differs from boot to boot) are
+    pooled into one, their repetitions side by side."""
     meta = doc["meta"]
     same = [t for t in measured
             if t["meta"].get("target") == meta.get("target") and t["meta"].get("hz") == meta.get("hz")]  # fmt: skip
     exact = [t for t in same if t["meta"].get("label") == meta.get("label")]
     found = exact or same
-    return found[0] if found else None
+    if len(found) <= 1:
+        return found[0] if found else None
+    label = found[0]["meta"]["label"]
+    found = [t for t in found if t["meta"].get("label") == label]
+    if len(found) == 1:
+        return found[0]
+    cases = [case for t in found for case in t["cases"]]
+    return {**found[0], "meta": {**found[0]["meta"], "label": f"{label} x{len(found)}"}, "cases": cases}
 
 
 def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,

@@ -48,6 +48,19 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
     assert "Linux version 7.3.4" in console and "BWLAB-" not in console  # results never on the console
 
 
+def test_noise_in_a_guest(kernel_key: str, tmp_path: Path) -> None:
+    proc = bwlab("run", "noise", "--target", "guest", "--kernel", kernel_key, "--duration", "3", "--out",
+                 str(tmp_path), timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "noise-guest-baseline.json").read_text())
+    rep = doc["cases"][0]["reps"][0]
+    # TCG has no steal accounting and the guest runs nothing else: a fraction of a percent
+    assert 0 <= rep["metrics"]["uncharged_pct"] < 5
+    out = json.loads(rep["raw"]["stdout"])
+    assert out["threads"] == 2 and len(out["timer_late_us"]) > 1000  # 2 x 3 s of 997 us timers, most seen
+    assert rep["metrics"]["timer_late_p50_us"] < 2000
+
+
 def test_guest_timeout_is_reported(kernel_key: str, tmp_path: Path) -> None:
     proc = bwlab(*guest_args(kernel_key, tmp_path), "--timeout", "3", timeout=120)
     assert proc.returncode == 1

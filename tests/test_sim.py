@@ -284,6 +284,13 @@ def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
     assert pick("guest-patched-slush-hz1000", "guest", 1000) == "guest-baseline-hz1000"
     assert pick("host", "host", 250) == "host"
     assert pick("guest-baseline-hz300", "guest", 300) is None
+    # one per boot: pooled, repetitions side by side
+    boots = [_noise_doc("guest-baseline", 0.1, [5], [float(i)]) for i in range(3)]
+    for b in boots:
+        b["meta"]["target"] = "guest"  # type: ignore[index]
+    pooled = simtools.measured_for({"meta": {"label": "guest-patched-all", "target": "guest", "hz": 250}}, boots)
+    assert pooled is not None and pooled["meta"]["label"] == "guest-baseline x3"
+    assert sim.interrupt_latency(pooled, "x") == (0, 1000, 2000)
 
 
 def test_sim_options_need_the_sim_target(tmp_path: Path) -> None:

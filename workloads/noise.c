@@ -15,11 +15,12 @@
  * in the order they happened, at most 20000 spread evenly) and their percentiles.
  * bwlab's simulator replays this as the other work on a machine's CPUs (bwlab validate).
  *
- * Each thread also arms a POSIX timer every -i us (CLOCK_MONOTONIC, an hrtimer, signal to
- * the thread itself): the handler runs as the interrupt returns to the spinning thread, so
- * how late it runs after the expiry is how late a timer interrupt arrives on a busy CPU --
- * what the CFS period timer and the tick see -- without the wakeup and scheduling delay a
- * sleeping thread would add. Reported as timer lateness samples (us, at most 20000).
+ * Each thread also arms a POSIX timer -i us ahead, again and again (CLOCK_MONOTONIC, an
+ * hrtimer, signal to the thread itself). The spin loop runs until the interrupt comes, so
+ * its last clock read before the signal handler is when the interrupt arrived: how late
+ * that is after the expiry is how late a timer interrupt arrives on a busy CPU -- what the
+ * CFS period timer and the tick see -- without the wakeup and scheduling delay a sleeping
+ * thread would add. Reported as timer lateness samples (us, at most 20000).
  */
 #include <pthread.h>
 #include <signal.h>
@@ -54,13 +55,25 @@ static volatile uint64_t sink;
  * two clocks as the spin loop last read them.
  */
 static __thread struct spinner *self;
+static __thread timer_t timer;
 static __thread int64_t due;
 static __thread volatile int64_t last_w, last_c;
+
+/* Arm this thread's one-shot timer for `due`. */
+static int arm(void)
+{
+	struct itimerspec its = { 0 };
+
+	its.it_value.tv_sec = due / 1000000000;
+	its.it_value.tv_nsec = due % 1000000000;
+	return timer_settime(timer, TIMER_ABSTIME, &its, NULL);
+}
 
 /*
  * The loop spun until the interrupt came, so its last read is when the interrupt arrived.
  * If time went uncharged since (another task ran, or the vCPU was away), the thread was
- * not running when the timer was due: no sample, that delay is not the interrupt's.
+ * not running when the timer was due: no sample, that delay is not the interrupt's. The
+ * timer is one-shot, re-armed here one interval on, so every sample has its own expiry.
  */
 static void on_timer(int sig, siginfo_t *info, void *uc)
 {
@@ -68,30 +81,28 @@ static void on_timer(int sig, siginfo_t *info, void *uc)
 	int64_t arrived = last_w;
 
 	(void)sig;
+	(void)info;
 	(void)uc;
-	if (self && self->nlate < MAX_LATE && (w - last_w) - (c - last_c) < gap_ns)
+	if (!self)
+		return;
+	if (self->nlate < MAX_LATE && (w - last_w) - (c - last_c) < gap_ns)
 		self->late[self->nlate++] = arrived > due ? arrived - due : 0;
-	/* expiries missed while this one was late (overruns) are not samples of their own */
-	due += interval_ns * (1 + (info ? info->si_overrun : 0));
+	due = w + interval_ns;
+	arm();
 }
 
-/* A timer signalling this thread every interval_ns, first due one interval from now. */
-static int arm_timer(timer_t *timer)
+/* This thread's timer, signalling it, first due one interval from now. */
+static int start_timer(void)
 {
 	struct sigevent sev = { 0 };
-	struct itimerspec its = { 0 };
 
 	sev.sigev_notify = SIGEV_THREAD_ID;
 	sev.sigev_signo = SIGRTMIN;
 	sev._sigev_un._tid = gettid(); /* sigev_notify_thread_id: glibc 2.35 and later only */
-	if (timer_create(CLOCK_MONOTONIC, &sev, timer))
+	if (timer_create(CLOCK_MONOTONIC, &sev, &timer))
 		return -1;
 	due = now_ns(CLOCK_MONOTONIC) + interval_ns;
-	its.it_value.tv_sec = due / 1000000000;
-	its.it_value.tv_nsec = due % 1000000000;
-	its.it_interval.tv_sec = interval_ns / 1000000000;
-	its.it_interval.tv_nsec = interval_ns % 1000000000;
-	return timer_settime(*timer, TIMER_ABSTIME, &its, NULL);
+	return arm();
 }
 
 static void *spin(void *arg)
@@ -99,10 +110,8 @@ static void *spin(void *arg)
 	struct spinner *s = arg;
 	int64_t w0 = now_ns(CLOCK_MONOTONIC), c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 	int64_t w = w0, c = c0, high = 0, burst = 0, last_gap = 0;
-	timer_t timer;
-
 	self = s;
-	if (interval_ns && arm_timer(&timer)) {
+	if (interval_ns && start_timer()) {
 		perror("noise: timer");
 		exit(1);
 	}
@@ -139,9 +148,9 @@ static void *spin(void *arg)
 	}
 	if (burst && s->nbursts < MAX_BURSTS)
 		s->bursts[s->nbursts++] = burst;
+	self = NULL;
 	if (interval_ns)
 		timer_delete(timer);
-	self = NULL;
 	s->wall_ns = w - w0;
 	s->charged_ns = c - c0;
 	s->uncharged_ns = s->wall_ns - s->charged_ns;
