@@ -87,6 +87,10 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
     for feat in features or []:
         lines.append(f"echo {feat} > {SCHED_FEATURES} || echo 'BWLAB-ERROR sched_feature {feat} not accepted' >&3")
     lines.append(f'echo "BWLAB-FEATURES $(cat {SCHED_FEATURES} 2>/dev/null)" >&3')
+    noise_s = max((s.noise_s for s in specs), default=0)
+    if noise_s:  # the machine as the simulator should see it, in this boot (see runner.machine_noise)
+        lines.append(f"echo 'BWLAB-NOISE-BEGIN' >&3; /bin/noise -t $(nproc) -d {noise_s} > /tmp/noise 2>&1; "
+                     "cat /tmp/noise >&3; echo 'BWLAB-NOISE-END' >&3")  # fmt: skip
     for ci, spec in enumerate(specs):
         for name in spec.sysctls:
             lines.append(f"OLD_{ci}_{_ident(name)}=$(cat {_sysctl(name)})")
@@ -162,6 +166,7 @@ class GuestOutput:
     records: dict[tuple[int, int], RawRep] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     done: bool = False
+    noise: str | None = None  # the noise probe's output, when the plan ran it
 
 
 def _uptime(text: str) -> float:
@@ -176,8 +181,15 @@ def parse_results(text: str) -> GuestOutput:
     current: tuple[int, int] | None = None
     section = ""
     sections: dict[str, list[str]] = {}
+    noise: list[str] | None = None
     for line in text.replace("\r", "").splitlines():
-        if line.startswith("BWLAB-HELLO "):
+        if line == "BWLAB-NOISE-BEGIN":
+            noise = []
+        elif line == "BWLAB-NOISE-END" and noise is not None:
+            out.noise, noise = "\n".join(noise) + "\n", None
+        elif noise is not None:
+            noise.append(line)
+        elif line.startswith("BWLAB-HELLO "):
             out.hello = dict(kv.split("=", 1) for kv in line.split()[1:] if "=" in kv)
         elif line.startswith("BWLAB-FEATURES"):
             out.features = line[len("BWLAB-FEATURES") :].strip()

@@ -104,3 +104,14 @@ def kernel_hz() -> int | None:
         if match:
             return int(match.group(1))
     return None
+
+
+def run_noise(seconds: int, ncpu: int) -> str:
+    """The noise probe on every CPU, outside any group, for `seconds`: its output."""
+    program = str(tools.resolve("noise"))
+    try:
+        proc = subprocess.run([program, "-t", str(ncpu), "-d", str(seconds)], capture_output=True, text=True,
+                              timeout=seconds + 60)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return "noise: timed out\n"
+    return proc.stdout + proc.stderr

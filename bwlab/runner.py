@@ -12,7 +12,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bwlab import cgroup, guest, host, policies, results
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
-from bwlab.metrics import RawRep, rep_metrics
+from bwlab.metrics import RawRep, parse_noise, rep_metrics
 from bwlab.progress import console
 from bwlab.scenario import RunSpec, Scenario
 
@@ -42,6 +42,17 @@ def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> lis
     return cases
 
 
+def machine_noise(stdout: str | None) -> dict[str, Any] | None:
+    """The noise probe run before the cases (RunSpec.noise_s) for the result's meta: its output,
+    kept whole for the simulator (bwlab validate), and its metrics, or why it has none."""
+    if stdout is None:
+        return None
+    try:
+        return {"metrics": parse_noise(stdout), "stdout": stdout}
+    except BwlabError as exc:
+        return {"error": str(exc), "stdout": stdout[-2000:]}
+
+
 def _progress() -> Progress:
     return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                     TimeElapsedColumn(), console=console, transient=True)  # fmt: skip
@@ -64,6 +75,11 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
         spec.workload.require_real()
     raws: dict[tuple[int, int], RawRep] = {}
     total = sum(s.repetitions for s in specs)
+    noise_s = max((s.noise_s for s in specs), default=0)
+    noise = None
+    if noise_s:
+        with console.status(f"noise probe, {noise_s} s"):
+            noise = machine_noise(host.run_noise(noise_s, ncpu))
     with _progress() as progress:
         task = progress.add_task(f"{sc.name} on host", total=total)
         for ci, spec in enumerate(specs):
@@ -83,6 +99,8 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
         "slice_us": int(slice_file.read_text()) if slice_file.is_file() else None,
         "cgroup": hier.describe(),
     })  # fmt: skip
+    if noise is not None:
+        meta["noise"] = noise
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
            "status": "ok", "meta": meta, "cases": _case_docs(specs, raws)}  # fmt: skip
     path = results.write(out_dir / f"{sc.name}-host.json", doc)
@@ -93,7 +111,7 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
 def guest_timeout(specs: list[RunSpec]) -> float:
     """Boot, per-repetition setup under emulation, and 1.5x the nominal workload time."""
     reps = sum(s.repetitions for s in specs)
-    work = sum(s.duration_s * s.repetitions for s in specs)
+    work = sum(s.duration_s * s.repetitions for s in specs) + max((s.noise_s for s in specs), default=0)
     return 120.0 + 1.5 * work + 15.0 * reps
 
 
@@ -136,6 +154,9 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
         "splats": run.splats[:20],
         "elapsed_s": round(run.elapsed_s, 1),
     })  # fmt: skip
+    noise = machine_noise(run.output.noise)
+    if noise is not None:
+        meta["noise"] = noise
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
            "status": run.status, "meta": meta, "cases": _case_docs(specs, run.output.records)}  # fmt: skip
     path = results.write(out_dir / f"{sc.name}-{label}.json", doc)

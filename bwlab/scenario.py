@@ -26,7 +26,7 @@ FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
 
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
-PROBE_KEYS = {"lock_classes"}
+PROBE_KEYS = {"lock_classes", "noise_s"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
 FUNCS_KEYS = {"kind", "functions", "load", "zipf", "median_us", "sigma", "on_ms", "off_ms", "workers",
               "latency_awareness"}  # fmt: skip
@@ -97,6 +97,9 @@ class RunSpec:
     duration_s: float
     repetitions: int
     lock_classes: tuple[str, ...] = ()  # /proc/lock_stat classes to count (lockstat kernels)
+    # seconds of the `noise` probe (every CPU spinning, no limit) run before the cases, in the
+    # same boot: the machine as the simulator should see it next to these results; 0: none
+    noise_s: int = 0
     # levels of nested groups, each with the same cpu.max; the workload runs in the deepest,
     # cpu.stat is read from the top one
     depth: int = 1
@@ -261,6 +264,8 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     classes = probe.get("lock_classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
         raise _err(p, t, "[probe] lock_classes must be a list of lock class names", "lock_classes", "probe")
+    if "noise_s" in probe:
+        need_int("probe", "noise_s", probe["noise_s"], 0, 600)
     for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7),
                         ("locks", 1, 10**6), ("yields", 1, 10**7), ("msg_threads", 1, 64),
                         ("batch", 1, 10**5), ("burn_us", 0, 10**7), ("slice_us", 100, 10**5)):  # fmt: skip
@@ -508,4 +513,5 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         workload=Workload(kind=kind, argv=argv, table=table), sides=sides, duration_s=duration,
         repetitions=int(data["repetitions"]),
         lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])), depth=int(cg.get("depth", 1)),
+        noise_s=int(data.get("probe", {}).get("noise_s", 0)),
     )  # fmt: skip

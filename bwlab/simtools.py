@@ -56,6 +56,16 @@ def measured_for(doc: dict[str, Any], measured: list[dict[str, Any]]) -> dict[st
     return {**found[0], "meta": {**found[0]["meta"], "label": f"{label} x{len(found)}"}, "cases": cases}
 
 
+def in_run_noise(doc: dict[str, Any]) -> dict[str, Any] | None:
+    """The noise probe a lab result ran in its own boot (meta["noise"]), as a noise result."""
+    noise = doc["meta"].get("noise")
+    if not noise or "metrics" not in noise:
+        return None
+    rep = {"rep": 0, "metrics": noise["metrics"], "raw": {"stdout": noise["stdout"]}}
+    return {"scenario": "noise", "meta": {**doc["meta"], "label": "in-run"},
+            "cases": [{"case": "probe", "reps": [rep]}]}  # fmt: skip
+
+
 def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,
                noise: dict[str, Any] | None = None) -> sim.SimTarget:  # fmt: skip
     """The simulated machine matching a lab result file's machine and kernel policy, with its
@@ -87,9 +97,10 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = T
              use_noise: bool = True) -> tuple[list[dict[str, Any]], Path]:  # fmt: skip
     """Every lab result of the validated scenarios against the simulator; rows + report path.
 
-    Measured on the same machine (results in the same directory): the CPUs carry the other
-    work of a `noise` result, if there is one and `use_noise`; ticks and timers are delayed
-    by its timer interrupt lateness, or else by a `timerlat` result's, if `use_latency`."""
+    Measured on the same machine: the CPUs carry the other work of the noise probe the lab
+    run made in its own boot (meta["noise"]), or else of a `noise` result in the directory,
+    if `use_noise`; ticks and timers are delayed by its timer interrupt lateness, or else by
+    a `timerlat` result's, if `use_latency`."""
     all_docs = results.load_dir(lab_dir)
     docs = [d for d in all_docs
             if d["scenario"] in VALIDATED and d["meta"].get("target") in ("host", "guest")]  # fmt: skip
@@ -99,7 +110,9 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = T
         raise BwlabError(f"{lab_dir}: no host or guest results of {', '.join(VALIDATED)} to validate against")
     rows: list[dict[str, Any]] = []
     for doc in docs:
-        target = lab_target(doc, measured_for(doc, timerlats), measured_for(doc, noises))
+        # the noise probe of the lab run's own boot, else one of the same machine
+        noise = (in_run_noise(doc) if use_noise else None) or measured_for(doc, noises)
+        target = lab_target(doc, measured_for(doc, timerlats), noise)
         if not use_latency:
             target = dataclasses.replace(target, latency_ns=(), latency_source="")
         sc = scenario.load(scenario.find(doc["scenario"]), {"repetitions": reps})

@@ -168,3 +168,13 @@ def test_parse_noise() -> None:
                 _noise_stdout(timer_late_us=["x"]), _noise_stdout(timer_late=None)):  # fmt: skip
         with pytest.raises(BwlabError, match="noise output is not its JSON document"):
             metrics.parse_noise(bad)
+
+
+def test_machine_noise_for_the_meta() -> None:
+    from bwlab import runner
+
+    good = runner.machine_noise(_noise_stdout())
+    assert good is not None and good["metrics"]["uncharged_pct"] == 1.25 and "timer_late_us" in good["stdout"]
+    bad = runner.machine_noise("noise: cannot create timer\n")
+    assert bad is not None and "noise output is not its JSON document" in bad["error"]
+    assert runner.machine_noise(None) is None
