@@ -76,28 +76,13 @@ int main(int argc, char **argv)
 	int64_t *samples, deadline;
 	pthread_t *tids;
 	struct timespec req;
-	int opt;
+	const struct long_opt opts[] = {
+		{ 'b', "-b (burners)", 0, 4096, &burners },
+		{ 's', "-s (sleep interval, us)", 1, 10000000, &sleep_us },
+		{ 'd', "-d (duration, s)", 1, 86400, &duration_s },
+	};
 
-	while ((opt = getopt(argc, argv, "b:s:d:h")) != -1) {
-		switch (opt) {
-		case 'b':
-			burners = parse_long("cglat", optarg, "-b (burners)", 0, 4096);
-			break;
-		case 's':
-			sleep_us = parse_long("cglat", optarg, "-s (sleep interval, us)", 1, 10000000);
-			break;
-		case 'd':
-			duration_s = parse_long("cglat", optarg, "-d (duration, s)", 1, 86400);
-			break;
-		default:
-			usage(argv[0]);
-			return opt == 'h' ? 0 : 2;
-		}
-	}
-	if (optind != argc) {
-		usage(argv[0]);
-		return 2;
-	}
+	parse_long_opts(argc, argv, "cglat", opts, sizeof(opts) / sizeof(opts[0]), usage);
 
 	cap = (size_t)(duration_s * 1000000 / sleep_us) + 16;
 	samples = calloc(cap, sizeof(*samples));

@@ -1,7 +1,8 @@
 /* SPDX-License-Identifier: MIT */
 /*
- * lat.h - what the latency workloads (wakelat, funcs) share: clocks, a CPU burn measured in
- * the thread's own CPU time, nearest-rank percentiles and their JSON, argument parsing.
+ * lat.h - what the workloads (wakelat, funcs, cglat, noise) share: clocks, a CPU burn measured
+ * in the thread's own CPU time, nearest-rank percentiles and their JSON, argument parsing
+ * (one value, or a table of integer options).
  * Header-only: each workload is one static binary built from one .c file.
  */
 #ifndef BWLAB_LAT_H
@@ -12,6 +13,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <time.h>
+#include <unistd.h>
 
 static const double LAT_PCTS[] = { 50, 75, 90, 95, 99, 99.5, 99.9 };
 #define LAT_NPCTS (sizeof(LAT_PCTS) / sizeof(LAT_PCTS[0]))
@@ -113,6 +115,60 @@ static inline double parse_double(const char *prog, const char *arg, const char 
 		exit(2);
 	}
 	return v;
+}
+
+/* An integer option: its letter, what it is (for errors), its range, where it goes. */
+struct long_opt {
+	char flag;
+	const char *what;
+	long min, max;
+	long *value;
+};
+
+/*
+ * Parse argv for programs whose options are all integers (plus -h): each bad value is a
+ * one-line error and exit 2; an unknown option or a stray argument prints the usage, exit 2;
+ * -h prints it, exit 0.
+ */
+static inline void parse_long_opts(int argc, char **argv, const char *prog, const struct long_opt *opts,
+				   size_t nopts, void (*usage)(const char *))
+{
+	char spec[128];
+	size_t len = 0;
+	int opt;
+
+	for (size_t i = 0; i < nopts && len + 3 < sizeof(spec); i++) {
+		spec[len++] = opts[i].flag;
+		spec[len++] = ':';
+	}
+	spec[len++] = 'h';
+	spec[len] = '\0';
+	while ((opt = getopt(argc, argv, spec)) != -1) {
+		size_t i = 0;
+
+		while (i < nopts && opts[i].flag != opt)
+			i++;
+		if (i == nopts) {
+			usage(argv[0]);
+			exit(opt == 'h' ? 0 : 2);
+		}
+		*opts[i].value = parse_long(prog, optarg, opts[i].what, opts[i].min, opts[i].max);
+	}
+	if (optind != argc) {
+		usage(argv[0]);
+		exit(2);
+	}
+}
+
+/* A JSON array of up to `max` of v[0..n), evenly spread, each divided by div (%.1f). */
+static inline void print_spread(const int64_t *v, long n, long max, double div)
+{
+	long k, m = n < max ? n : max;
+
+	printf("[");
+	for (k = 0; k < m; k++)
+		printf("%s%.1f", k ? "," : "", (double)v[k * n / m] / div);
+	printf("]");
 }
 
 #endif /* BWLAB_LAT_H */

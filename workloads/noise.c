@@ -157,6 +157,29 @@ static void *spin(void *arg)
 	return NULL;
 }
 
+/* All threads' bursts (or timer lateness samples) in one array; *n: how many. */
+static int64_t *gather(const struct spinner *sp, long threads, int late, long *n)
+{
+	int64_t *all;
+	long total = 0;
+
+	for (long i = 0; i < threads; i++)
+		total += late ? sp[i].nlate : sp[i].nbursts;
+	all = malloc((size_t)(total + 1) * sizeof(*all));
+	if (!all) {
+		fprintf(stderr, "noise: out of memory\n");
+		exit(1);
+	}
+	*n = 0;
+	for (long i = 0; i < threads; i++) {
+		long m = late ? sp[i].nlate : sp[i].nbursts;
+
+		memcpy(all + *n, late ? sp[i].late : sp[i].bursts, (size_t)m * sizeof(*all));
+		*n += m;
+	}
+	return all;
+}
+
 static void usage(const char *prog)
 {
 	fprintf(stderr,
@@ -177,37 +200,16 @@ int main(int argc, char **argv)
 	struct sigaction sa = { 0 };
 	int64_t wall = 0, charged = 0, uncharged = 0, *all;
 	struct spinner *sp;
-	int opt;
+	const struct long_opt opts[] = {
+		{ 't', "-t (threads)", 1, 4096, &threads },
+		{ 'd', "-d (duration, s)", 1, 86400, &duration_s },
+		{ 'g', "-g (gap, us)", 1, 1000000, &gap_us },
+		{ 'm', "-m (merge, us)", 0, 1000000, &merge_us },
+		{ 'w', "-w (work per loop)", 0, 1000000, &work },
+		{ 'i', "-i (timer interval, us)", 0, 1000000, &interval_us },
+	};
 
-	while ((opt = getopt(argc, argv, "t:d:g:m:i:w:h")) != -1) {
-		switch (opt) {
-		case 't':
-			threads = parse_long("noise", optarg, "-t (threads)", 1, 4096);
-			break;
-		case 'd':
-			duration_s = parse_long("noise", optarg, "-d (duration, s)", 1, 86400);
-			break;
-		case 'g':
-			gap_us = parse_long("noise", optarg, "-g (gap, us)", 1, 1000000);
-			break;
-		case 'm':
-			merge_us = parse_long("noise", optarg, "-m (merge, us)", 0, 1000000);
-			break;
-		case 'w':
-			work = parse_long("noise", optarg, "-w (work per loop)", 0, 1000000);
-			break;
-		case 'i':
-			interval_us = parse_long("noise", optarg, "-i (timer interval, us)", 0, 1000000);
-			break;
-		default:
-			usage(argv[0]);
-			return opt == 'h' ? 0 : 2;
-		}
-	}
-	if (optind != argc) {
-		usage(argv[0]);
-		return 2;
-	}
+	parse_long_opts(argc, argv, "noise", opts, sizeof(opts) / sizeof(opts[0]), usage);
 	duration_ns = (int64_t)duration_s * 1000000000;
 	gap_ns = (int64_t)gap_us * 1000;
 	merge_ns = (int64_t)merge_us * 1000;
@@ -245,18 +247,8 @@ int main(int argc, char **argv)
 		wall += sp[i].wall_ns;
 		charged += sp[i].charged_ns;
 		uncharged += sp[i].uncharged_ns;
-		total_bursts += sp[i].nbursts;
 	}
-	all = malloc((size_t)(total_bursts + 1) * sizeof(*all));
-	if (!all) {
-		fprintf(stderr, "noise: out of memory\n");
-		return 1;
-	}
-	total_bursts = 0;
-	for (long i = 0; i < threads; i++) {
-		memcpy(all + total_bursts, sp[i].bursts, (size_t)sp[i].nbursts * sizeof(*all));
-		total_bursts += sp[i].nbursts;
-	}
+	all = gather(sp, threads, 0, &total_bursts);
 
 	printf("{\"workload\": \"noise\", \"threads\": %ld, \"duration_s\": %ld, \"gap_us\": %ld, "
 	       "\"merge_us\": %ld, \"wall_us\": %lld, \"charged_us\": %lld, \"uncharged_us\": %lld, ",
@@ -281,28 +273,15 @@ int main(int argc, char **argv)
 			sum += all[k];
 		printf("\"burst_mean_us\": %.3f, ", total_bursts ? (double)sum / (double)total_bursts / 1000.0 : 0.0);
 	}
-	printf("\"bursts_us\": [");
-	for (long k = 0, n = total_bursts < MAX_SAMPLES ? total_bursts : MAX_SAMPLES; k < n; k++)
-		printf("%s%lld", k ? "," : "", (long long)(all[k * total_bursts / n] / 1000));
-	printf("], ");
+	printf("\"bursts_us\": ");
+	print_spread(all, total_bursts, MAX_SAMPLES, 1000.0);
+	printf(", ");
 	print_stats("burst_us", all, total_bursts, 1000);
-	for (long i = 0; i < threads; i++)
-		total_late += sp[i].nlate;
 	free(all);
-	all = malloc((size_t)(total_late + 1) * sizeof(*all));
-	if (!all) {
-		fprintf(stderr, "noise: out of memory\n");
-		return 1;
-	}
-	total_late = 0;
-	for (long i = 0; i < threads; i++) {
-		memcpy(all + total_late, sp[i].late, (size_t)sp[i].nlate * sizeof(*all));
-		total_late += sp[i].nlate;
-	}
-	printf(", \"timer_interval_us\": %ld, \"timer_late_us\": [", interval_us);
-	for (long k = 0, n = total_late < MAX_SAMPLES ? total_late : MAX_SAMPLES; k < n; k++)
-		printf("%s%.1f", k ? "," : "", (double)all[k * total_late / n] / 1000.0);
-	printf("], ");
+	all = gather(sp, threads, 1, &total_late);
+	printf(", \"timer_interval_us\": %ld, \"timer_late_us\": ", interval_us);
+	print_spread(all, total_late, MAX_SAMPLES, 1000.0);
+	printf(", ");
 	print_stats("timer_late", all, total_late, 1000);
 	printf("}\n");
 	for (long i = 0; i < threads; i++) {
