@@ -375,7 +375,10 @@ def git_tree(source: KernelSource, series: Series, dest: Path) -> tuple[str, str
     env = {**os.environ, **GIT_IDENTITY}
 
     def git(*args: str) -> str:
-        proc = subprocess.run(["git", *args], cwd=dest, env=env, capture_output=True, text=True, check=False)
+        # an automatic gc (git am starts one on the tens of thousands of loose objects of the
+        # first commit) runs here, not detached in the background after we return
+        proc = subprocess.run(["git", "-c", "gc.autoDetach=false", *args], cwd=dest, env=env, capture_output=True,
+                              text=True, check=False)  # fmt: skip
         if proc.returncode != 0:
             raise BwlabError(f"git {args[0]} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
         return proc.stdout.strip()
