@@ -162,11 +162,11 @@ def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
     bursts: tuple[int, ...] = ()
     latency_source = args.timer_latency or ""
     if getattr(args, "noise", None):
-        noise = results.load(Path(args.noise))
-        other_pct, bursts = sim.other_load(noise, args.noise)
+        machine = sim.machine_noise(results.load(Path(args.noise)), args.noise)
+        other_pct, bursts = machine.other_pct, machine.bursts_ns
         other_source = f"{args.noise} ({other_pct:.2f} %)"
         if not args.timer_latency:  # its timer interrupt lateness, as validate uses it
-            latency, latency_source = sim.interrupt_latency(noise, args.noise), args.noise
+            latency, latency_source = machine.latency_ns, args.noise
     return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
                          seed=args.seed, jitter_us=args.jitter_us, latency_ns=latency,
                          latency_source=latency_source, other_pct=other_pct, other_bursts_ns=bursts,

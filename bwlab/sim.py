@@ -50,44 +50,43 @@ def timer_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
 OTHER_SAMPLES = 2000  # burst sizes handed to the model: enough for the shape, small configurations
 
 
-def _noise_reps(doc: dict[str, Any], where: str) -> list[tuple[float, list[float], list[float]]]:
-    """(uncharged %, burst sizes us, tick lateness us) of each measured repetition of a noise result."""
+@dataclass(frozen=True)
+class MachineNoise:
+    """What a `noise` result says of its machine, as the model takes it."""
+
+    other_pct: float  # share (%) of a busy CPU other work took without it being charged
+    bursts_ns: tuple[int, ...]  # the sizes of the bursts it came in, thinned to OTHER_SAMPLES
+    latency_ns: tuple[int, ...]  # how late timer interrupts arrived on a busy CPU
+
+
+def machine_noise(doc: dict[str, Any], where: str) -> MachineNoise:
+    """A `noise` result (every measured repetition; each one's raw output holds the samples)."""
     if doc.get("scenario") != "noise":
         raise BwlabError(f"{where}: not a noise result (scenario {doc.get('scenario')!r})")
-    out = []
+    pcts: list[float] = []
+    bursts: list[int] = []
+    late: list[int] = []
     for case in doc["cases"]:
         for rep in case["reps"]:
             pct = rep.get("metrics", {}).get("uncharged_pct")
             if pct is None:
                 continue
             try:
-                bursts, late = noise_samples(rep.get("raw", {}).get("stdout", ""))
+                bs, ls = noise_samples(rep.get("raw", {}).get("stdout", ""))
             except BwlabError as exc:
                 raise BwlabError(f"{where}: {exc}") from None
-            out.append((max(0.0, float(pct)), bursts, late))
-    if not out:
+            pcts.append(max(0.0, float(pct)))
+            bursts += [round(b * 1000) for b in bs if b > 0]
+            late += [round(t * 1000) for t in ls]
+    if not pcts:
         raise BwlabError(f"{where}: the noise result has no measured repetition")
-    return out
-
-
-def other_load(doc: dict[str, Any], where: str) -> tuple[float, tuple[int, ...]]:
-    """From a `noise` result: the share (%) of a busy CPU that other work took without it being
-    charged, and the sizes (ns) of the bursts it came in, evenly thinned to OTHER_SAMPLES."""
-    reps = _noise_reps(doc, where)
-    pct = statistics.fmean(p for p, _, _ in reps)
-    bursts = [round(b * 1000) for _, bs, _ in reps for b in bs if b > 0]
+    pct = statistics.fmean(pcts)
     if pct > 0 and not bursts:
         raise BwlabError(f"{where}: the noise result has an uncharged share but no burst sizes")
-    step = max(1, len(bursts) // OTHER_SAMPLES)
-    return pct, tuple(bursts[::step][:OTHER_SAMPLES])
-
-
-def interrupt_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
-    """From a `noise` result: how late (ns) timer interrupts arrived on a busy CPU."""
-    late = [round(t * 1000) for _, _, ts in _noise_reps(doc, where) for t in ts]
     if not late:
         raise BwlabError(f"{where}: the noise result has no timer lateness samples")
-    return tuple(late)
+    step = max(1, len(bursts) // OTHER_SAMPLES)
+    return MachineNoise(pct, tuple(bursts[::step][:OTHER_SAMPLES]), tuple(late))
 
 
 def _module() -> Any:
@@ -113,7 +112,7 @@ class SimTarget:
     # measured timer latencies (ns) the ticks and timers are delayed by (see timer_latency())
     latency_ns: tuple[int, ...] = ()
     latency_source: str = ""
-    # other work on every CPU (see other_load()): its share (%) and burst sizes (ns)
+    # other work on every CPU (see machine_noise()): its share (%) and burst sizes (ns)
     other_pct: float = 0.0
     other_bursts_ns: tuple[int, ...] = ()
     other_source: str = ""

@@ -82,9 +82,9 @@ def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,
         # the noise probe's timer interrupts, on a busy CPU, are the better measure: timerlat's
         # sleeper also waits for whatever else runs on its CPU when it wakes
         name = f"noise-{noise['meta']['label']}"
-        other_pct, bursts = sim.other_load(noise, name)
+        machine = sim.machine_noise(noise, name)
+        other_pct, bursts, latency, source = machine.other_pct, machine.bursts_ns, machine.latency_ns, name
         other_source = f"{name} ({other_pct:.2f} %)"
-        latency, source = sim.interrupt_latency(noise, name), name
     elif timerlat is not None:
         source = f"timerlat-{timerlat['meta']['label']}"
         latency = sim.timer_latency(timerlat, source)

@@ -290,7 +290,7 @@ def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
         b["meta"]["target"] = "guest"  # type: ignore[index]
     pooled = simtools.measured_for({"meta": {"label": "guest-patched-all", "target": "guest", "hz": 250}}, boots)
     assert pooled is not None and pooled["meta"]["label"] == "guest-baseline x3"
-    assert sim.interrupt_latency(pooled, "x") == (0, 1000, 2000)
+    assert sim.machine_noise(pooled, "x").latency_ns == (0, 1000, 2000)
 
 
 def test_sim_options_need_the_sim_target(tmp_path: Path) -> None:
@@ -321,20 +321,21 @@ def _noise_doc(label: str, pct: float, bursts: list[int], late: list[float] | No
             "cases": [{"case": "default", "reps": [rep]}]}  # fmt: skip
 
 
-def test_other_load_and_interrupt_latency_from_a_noise_result() -> None:
-    pct, bursts = sim.other_load(_noise_doc("host", 1.5, [100, 0, 2000]), "x")
-    assert pct == 1.5 and bursts == (100_000, 2_000_000)  # ns; a 0 us burst is no burst
-    many = sim.other_load(_noise_doc("host", 1.0, list(range(1, 10_001))), "x")[1]
+def test_machine_noise_from_a_noise_result() -> None:
+    machine = sim.machine_noise(_noise_doc("host", 1.5, [100, 0, 2000]), "x")
+    assert machine.other_pct == 1.5 and machine.bursts_ns == (100_000, 2_000_000)  # ns; a 0 us burst is no burst
+    many = sim.machine_noise(_noise_doc("host", 1.0, list(range(1, 10_001))), "x").bursts_ns
     assert len(many) == sim.OTHER_SAMPLES and many[0] == 1000 and many[-1] > 9_000_000  # thinned evenly
-    assert sim.interrupt_latency(_noise_doc("host", 1.0, [5], [0.0, 12.5, 3300.0]), "x") == (0, 12_500, 3_300_000)
+    late = sim.machine_noise(_noise_doc("host", 1.0, [5], [0.0, 12.5, 3300.0]), "x").latency_ns
+    assert late == (0, 12_500, 3_300_000)
     with pytest.raises(BwlabError, match=r"x: not a noise result"):
-        sim.other_load(_timerlat_doc("host", "host", 250, [1]), "x")
+        sim.machine_noise(_timerlat_doc("host", "host", 250, [1]), "x")
     with pytest.raises(BwlabError, match=r"x: the noise result has an uncharged share but no burst sizes"):
-        sim.other_load(_noise_doc("host", 1.0, []), "x")
+        sim.machine_noise(_noise_doc("host", 1.0, []), "x")
     doc = _noise_doc("host", 1.0, [5])
     doc["cases"][0]["reps"][0]["raw"]["stdout"] = "garbage"  # type: ignore[index]
     with pytest.raises(BwlabError, match=r"x: noise output is not its JSON document"):
-        sim.interrupt_latency(doc, "x")
+        sim.machine_noise(doc, "x")
     with pytest.raises(BwlabError, match=r"other work must take 0\.\.50 %"):
         sim.SimTarget(other_pct=60.0, other_bursts_ns=(1000,))
 
