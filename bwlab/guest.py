@@ -88,9 +88,12 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
         lines.append(f"echo {feat} > {SCHED_FEATURES} || echo 'BWLAB-ERROR sched_feature {feat} not accepted' >&3")
     lines.append(f'echo "BWLAB-FEATURES $(cat {SCHED_FEATURES} 2>/dev/null)" >&3')
     noise_s = max((s.noise_s for s in specs), default=0)
-    if noise_s:  # the machine as the simulator should see it, in this boot (see runner.machine_noise)
-        lines.append(f"echo 'BWLAB-NOISE-BEGIN' >&3; /bin/noise -t $(nproc) -d {noise_s} > /tmp/noise 2>&1; "
-                     "cat /tmp/noise >&3; echo 'BWLAB-NOISE-END' >&3")  # fmt: skip
+    # the machine as the simulator should see it, in this boot, before and after the cases
+    # (see runner.machine_noise)
+    noise = (f"echo 'BWLAB-NOISE-BEGIN' >&3; /bin/noise -t $(nproc) -d {noise_s} > /tmp/noise 2>&1; "
+             "cat /tmp/noise >&3; echo 'BWLAB-NOISE-END' >&3")  # fmt: skip
+    if noise_s:
+        lines.append(noise)
     for ci, spec in enumerate(specs):
         for name in spec.sysctls:
             lines.append(f"OLD_{ci}_{_ident(name)}=$(cat {_sysctl(name)})")
@@ -146,6 +149,8 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
             ]
         for name in spec.sysctls:
             lines.append(f"echo $OLD_{ci}_{_ident(name)} > {_sysctl(name)}")
+    if noise_s:
+        lines.append(noise)
     return "\n".join(lines) + "\n"
 
 
@@ -166,7 +171,7 @@ class GuestOutput:
     records: dict[tuple[int, int], RawRep] = field(default_factory=dict)
     errors: list[str] = field(default_factory=list)
     done: bool = False
-    noise: str | None = None  # the noise probe's output, when the plan ran it
+    noise: list[str] = field(default_factory=list)  # the noise probes' outputs (before, after)
 
 
 def _uptime(text: str) -> float:
@@ -186,7 +191,8 @@ def parse_results(text: str) -> GuestOutput:
         if line == "BWLAB-NOISE-BEGIN":
             noise = []
         elif line == "BWLAB-NOISE-END" and noise is not None:
-            out.noise, noise = "\n".join(noise) + "\n", None
+            out.noise.append("\n".join(noise) + "\n")
+            noise = None
         elif noise is not None:
             noise.append(line)
         elif line.startswith("BWLAB-HELLO "):

@@ -42,15 +42,17 @@ def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> lis
     return cases
 
 
-def machine_noise(stdout: str | None) -> dict[str, Any] | None:
-    """The noise probe run before the cases (RunSpec.noise_s) for the result's meta: its output,
-    kept whole for the simulator (bwlab validate), and its metrics, or why it has none."""
-    if stdout is None:
-        return None
-    try:
-        return {"metrics": parse_noise(stdout), "stdout": stdout}
-    except BwlabError as exc:
-        return {"error": str(exc), "stdout": stdout[-2000:]}
+def machine_noise(outputs: list[str]) -> list[dict[str, Any]]:
+    """The noise probes run before and after the cases (RunSpec.noise_s), for the result's
+    meta: each one's output, kept whole for the simulator (bwlab validate), and its metrics,
+    or why it has none."""
+    probes: list[dict[str, Any]] = []
+    for stdout in outputs:
+        try:
+            probes.append({"metrics": parse_noise(stdout), "stdout": stdout})
+        except BwlabError as exc:
+            probes.append({"error": str(exc), "stdout": stdout[-2000:]})
+    return probes
 
 
 def _progress() -> Progress:
@@ -76,10 +78,10 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
     raws: dict[tuple[int, int], RawRep] = {}
     total = sum(s.repetitions for s in specs)
     noise_s = max((s.noise_s for s in specs), default=0)
-    noise = None
+    outputs = []
     if noise_s:
         with console.status(f"noise probe, {noise_s} s"):
-            noise = machine_noise(host.run_noise(noise_s, ncpu))
+            outputs.append(host.run_noise(noise_s, ncpu))
     with _progress() as progress:
         task = progress.add_task(f"{sc.name} on host", total=total)
         for ci, spec in enumerate(specs):
@@ -87,6 +89,9 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
                 progress.update(task, description=f"{sc.name} host {spec.case} rep {rep + 1}")
                 raws[(ci, rep)] = host.run_rep(hier, spec, rep)
                 progress.advance(task)
+    if noise_s:
+        with console.status(f"noise probe, {noise_s} s"):
+            outputs.append(host.run_noise(noise_s, ncpu))
     meta = results.base_meta("host", "host")
     slice_file = cgroup.sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
     meta.update({
@@ -99,8 +104,8 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
         "slice_us": int(slice_file.read_text()) if slice_file.is_file() else None,
         "cgroup": hier.describe(),
     })  # fmt: skip
-    if noise is not None:
-        meta["noise"] = noise
+    if outputs:
+        meta["noise"] = machine_noise(outputs)
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
            "status": "ok", "meta": meta, "cases": _case_docs(specs, raws)}  # fmt: skip
     path = results.write(out_dir / f"{sc.name}-host.json", doc)
@@ -111,7 +116,7 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
 def guest_timeout(specs: list[RunSpec]) -> float:
     """Boot, per-repetition setup under emulation, and 1.5x the nominal workload time."""
     reps = sum(s.repetitions for s in specs)
-    work = sum(s.duration_s * s.repetitions for s in specs) + max((s.noise_s for s in specs), default=0)
+    work = sum(s.duration_s * s.repetitions for s in specs) + 2 * max((s.noise_s for s in specs), default=0)
     return 120.0 + 1.5 * work + 15.0 * reps
 
 
@@ -154,9 +159,8 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
         "splats": run.splats[:20],
         "elapsed_s": round(run.elapsed_s, 1),
     })  # fmt: skip
-    noise = machine_noise(run.output.noise)
-    if noise is not None:
-        meta["noise"] = noise
+    if run.output.noise:
+        meta["noise"] = machine_noise(run.output.noise)
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
            "status": run.status, "meta": meta, "cases": _case_docs(specs, run.output.records)}  # fmt: skip
     path = results.write(out_dir / f"{sc.name}-{label}.json", doc)

@@ -57,13 +57,16 @@ def measured_for(doc: dict[str, Any], measured: list[dict[str, Any]]) -> dict[st
 
 
 def in_run_noise(doc: dict[str, Any]) -> dict[str, Any] | None:
-    """The noise probe a lab result ran in its own boot (meta["noise"]), as a noise result."""
-    noise = doc["meta"].get("noise")
-    if not noise or "metrics" not in noise:
+    """The noise probes a lab run made in its own boot (meta["noise"]: a list, before and after
+    the cases; a single one in results of 2026-11-21), as one noise result."""
+    probes = doc["meta"].get("noise")
+    probes = [probes] if isinstance(probes, dict) else probes or []
+    reps = [{"rep": i, "metrics": p["metrics"], "raw": {"stdout": p["stdout"]}}
+            for i, p in enumerate(probes) if "metrics" in p]  # fmt: skip
+    if not reps:
         return None
-    rep = {"rep": 0, "metrics": noise["metrics"], "raw": {"stdout": noise["stdout"]}}
     return {"scenario": "noise", "meta": {**doc["meta"], "label": "in-run"},
-            "cases": [{"case": "probe", "reps": [rep]}]}  # fmt: skip
+            "cases": [{"case": "probe", "reps": reps}]}  # fmt: skip
 
 
 def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,

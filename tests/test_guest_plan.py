@@ -102,13 +102,14 @@ def test_find_splats() -> None:
     assert len(guest.find_splats(reports)) == 2
 
 
-def test_noise_probe_runs_once_before_the_cases() -> None:
+def test_noise_probe_runs_before_and_after_the_cases() -> None:
     plan = guest.render_plan(scenario.load(scenario.builtin_path("table2")).resolve(2))
-    assert plan.count("/bin/noise -t $(nproc) -d 3") == 1
+    assert plan.count("/bin/noise -t $(nproc) -d 3") == 2
     assert plan.index("BWLAB-NOISE-BEGIN") < plan.index("BWLAB-BEGIN 0 0")
+    assert plan.rindex("BWLAB-NOISE-BEGIN") > plan.rindex("BWLAB-END")
     assert "BWLAB-NOISE" not in guest.render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
     probe = 'BWLAB-NOISE-BEGIN\r\n{"workload": "noise"}\r\nBWLAB-NOISE-END\r\n'
     text = RESULTS.replace("BWLAB-BEGIN 0 0", probe + "BWLAB-BEGIN 0 0")
     out = guest.parse_results(text)
-    assert out.noise == '{"workload": "noise"}\n' and out.done and (0, 0) in out.records
-    assert guest.parse_results(RESULTS).noise is None
+    assert out.noise == ['{"workload": "noise"}\n'] and out.done and (0, 0) in out.records
+    assert guest.parse_results(RESULTS).noise == []

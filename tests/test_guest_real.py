@@ -44,8 +44,9 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
     metrics = doc["cases"][0]["reps"][0]["metrics"]
     assert metrics["nr_periods"] > 200
     assert metrics["throttled_pct"] > 20  # reference: ~48-51 % on 7.3.4 at a 10 ms period
-    # the noise probe ran first, in this boot: TCG, nothing else running, timers seen
-    assert meta["noise"]["metrics"]["uncharged_pct"] < 5 and meta["noise"]["metrics"]["timer_late_p50_us"] < 2000
+    # the noise probe ran in this boot: TCG, nothing else running, timers seen
+    assert len(meta["noise"]) == 2  # before and after the cases
+    assert all(p["metrics"]["uncharged_pct"] < 5 and p["metrics"]["timer_late_p50_us"] < 2000 for p in meta["noise"])
     console = Path(meta["console_log"]).read_text()
     assert "Linux version 7.3.4" in console and "BWLAB-" not in console  # results never on the console
 

@@ -377,8 +377,15 @@ def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
     rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_latency=False)
     assert all(r["other_work"] == "noise-host (2.00 %)" and r["timer_latency"] == "none" for r in rows)
     # the probe the lab run made in its own boot comes first
-    in_run = _noise_doc("x", 0.5, [300], [7.0])["cases"][0]["reps"][0]  # type: ignore[index]
-    doc["meta"]["noise"] = {"metrics": in_run["metrics"], "stdout": in_run["raw"]["stdout"]}  # type: ignore[index]
+    before = _noise_doc("x", 0.5, [300], [7.0])["cases"][0]["reps"][0]  # type: ignore[index]
+    after = _noise_doc("x", 1.5, [300], [9.0])["cases"][0]["reps"][0]  # type: ignore[index]
+    probes = [{"metrics": p["metrics"], "stdout": p["raw"]["stdout"]} for p in (before, after)]
+    doc["meta"]["noise"] = [*probes, {"error": "noise: timed out", "stdout": ""}]  # type: ignore[index]
     (lab / "table2-host.json").write_text(json.dumps(doc))
     rows, _ = simtools.validate(lab, tmp_path / "v", reps=3)
-    assert all(r["other_work"] == "noise-in-run (0.50 %)" and r["timer_latency"] == "noise-in-run" for r in rows)
+    # both probes pooled (the failed one left out): 1.0 % of other work
+    assert all(r["other_work"] == "noise-in-run (1.00 %)" and r["timer_latency"] == "noise-in-run" for r in rows)
+    doc["meta"]["noise"] = probes[0]  # results of 2026-11-21 kept one probe, not a list
+    (lab / "table2-host.json").write_text(json.dumps(doc))
+    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3)
+    assert all(r["other_work"] == "noise-in-run (0.50 %)" for r in rows)

@@ -173,8 +173,7 @@ def test_parse_noise() -> None:
 def test_machine_noise_for_the_meta() -> None:
     from bwlab import runner
 
-    good = runner.machine_noise(_noise_stdout())
-    assert good is not None and good["metrics"]["uncharged_pct"] == 1.25 and "timer_late_us" in good["stdout"]
-    bad = runner.machine_noise("noise: cannot create timer\n")
-    assert bad is not None and "noise output is not its JSON document" in bad["error"]
-    assert runner.machine_noise(None) is None
+    good, bad = runner.machine_noise([_noise_stdout(), "noise: cannot create timer\n"])
+    assert good["metrics"]["uncharged_pct"] == 1.25 and "timer_late_us" in good["stdout"]
+    assert "noise output is not its JSON document" in bad["error"] and "metrics" not in bad
+    assert runner.machine_noise([]) == []
