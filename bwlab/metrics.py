@@ -59,11 +59,7 @@ def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
 
 def noise_samples(stdout: str) -> tuple[list[float], list[float]]:
     """noise's samples (us): the uncharged bursts' sizes and the timer interrupts' lateness."""
-    doc = _noise_doc(stdout)
-    try:
-        return [float(b) for b in doc["bursts_us"]], [float(t) for t in doc["timer_late_us"]]
-    except (KeyError, TypeError, ValueError) as exc:
-        raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
+    return _noise_sample_lists(_noise_doc(stdout))
 
 
 def _noise_doc(stdout: str) -> dict[str, Any]:
@@ -76,12 +72,19 @@ def _noise_doc(stdout: str) -> dict[str, Any]:
     return doc
 
 
+def _noise_sample_lists(doc: dict[str, Any]) -> tuple[list[float], list[float]]:
+    try:
+        return [float(b) for b in doc["bursts_us"]], [float(t) for t in doc["timer_late_us"]]
+    except (KeyError, TypeError, ValueError) as exc:
+        raise BwlabError(f"noise output is not its JSON document: {exc}") from exc
+
+
 def parse_noise(stdout: str) -> dict[str, float]:
     """noise's JSON: the share of a busy CPU its threads were not charged for, the sizes of the
     bursts it came in (us), and how late timer interrupts came (us). The raw output, kept in the
     result, holds the samples the simulator replays (noise_samples())."""
     doc = _noise_doc(stdout)
-    noise_samples(stdout)  # both sample lists are there and numbers
+    _noise_sample_lists(doc)  # both sample lists are there and numbers
     try:
         return {"uncharged_pct": float(doc["uncharged_pct"]), "bursts": float(doc["burst_us"]["n"]),
                 "burst_mean_us": float(doc["burst_mean_us"]), **_percentiles("burst", doc["burst_us"]),
