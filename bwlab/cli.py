@@ -10,7 +10,7 @@ import sys
 import time
 from pathlib import Path
 from types import FrameType
-from typing import NoReturn
+from typing import Any, NoReturn
 
 from rich.table import Table
 
@@ -155,22 +155,14 @@ def cmd_check(args: argparse.Namespace) -> int:
 
 
 def _sim_target(args: argparse.Namespace) -> sim.SimTarget:
-    latency: tuple[int, ...] = ()
-    if args.timer_latency:
-        latency = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
-    other_pct, other_source = 0.0, ""
-    bursts: tuple[int, ...] = ()
-    latency_source = args.timer_latency or ""
-    if getattr(args, "noise", None):
-        machine = sim.machine_noise(results.load(Path(args.noise)), args.noise)
-        other_pct, bursts = machine.other_pct, machine.bursts_ns
-        other_source = f"{args.noise} ({other_pct:.2f} %)"
-        if not args.timer_latency:  # its timer interrupt lateness, as validate uses it
-            latency, latency_source = machine.latency_ns, args.noise
+    measured: dict[str, Any] = {}
+    if getattr(args, "noise", None):  # its other work and timer lateness, as validate uses them
+        measured = sim.machine_noise(results.load(Path(args.noise)), args.noise).target_fields(args.noise)
+    if args.timer_latency:  # an explicit timerlat result's latencies win
+        measured["latency_ns"] = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
+        measured["latency_source"] = args.timer_latency
     return sim.SimTarget(ncpu=args.vcpus, hz=args.hz, policy=args.policy or "mainline", tick=args.tick,
-                         seed=args.seed, jitter_us=args.jitter_us, latency_ns=latency,
-                         latency_source=latency_source, other_pct=other_pct, other_bursts_ns=bursts,
-                         other_source=other_source)  # fmt: skip
+                         seed=args.seed, jitter_us=args.jitter_us, **measured)  # fmt: skip
 
 
 def _add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:

@@ -58,6 +58,12 @@ class MachineNoise:
     bursts_ns: tuple[int, ...]  # the sizes of the bursts it came in, thinned to OTHER_SAMPLES
     latency_ns: tuple[int, ...]  # how late timer interrupts arrived on a busy CPU
 
+    def target_fields(self, source: str) -> dict[str, Any]:
+        """SimTarget fields for a machine like this one, `source` naming the measurement."""
+        return {"other_pct": self.other_pct, "other_bursts_ns": self.bursts_ns,
+                "other_source": f"{source} ({self.other_pct:.2f} %)", "latency_ns": self.latency_ns,
+                "latency_source": source}  # fmt: skip
+
 
 def machine_noise(doc: dict[str, Any], where: str) -> MachineNoise:
     """A `noise` result (every measured repetition; each one's raw output holds the samples)."""

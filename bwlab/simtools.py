@@ -77,23 +77,17 @@ def lab_target(doc: dict[str, Any], timerlat: dict[str, Any] | None,
     policy = meta.get("policy") or "mainline"
     if policy not in policies.POLICIES:
         raise BwlabError(f"{meta.get('label')}: policy {policy!r} unknown to the simulator")
-    latency: tuple[int, ...] = ()
-    source = ""
-    other_pct, other_source = 0.0, ""
-    bursts: tuple[int, ...] = ()
+    measured: dict[str, Any] = {}
     if noise is not None:
         # the noise probe's timer interrupts, on a busy CPU, are the better measure: timerlat's
         # sleeper also waits for whatever else runs on its CPU when it wakes
         name = f"noise-{noise['meta']['label']}"
-        machine = sim.machine_noise(noise, name)
-        other_pct, bursts, latency, source = machine.other_pct, machine.bursts_ns, machine.latency_ns, name
-        other_source = f"{name} ({other_pct:.2f} %)"
+        measured = sim.machine_noise(noise, name).target_fields(name)
     elif timerlat is not None:
-        source = f"timerlat-{timerlat['meta']['label']}"
-        latency = sim.timer_latency(timerlat, source)
+        name = f"timerlat-{timerlat['meta']['label']}"
+        measured = {"latency_ns": sim.timer_latency(timerlat, name), "latency_source": name}
     return sim.SimTarget(ncpu=int(meta.get("vcpus") or 2), hz=int(meta.get("hz") or 250), policy=policy,
-                         latency_ns=latency, latency_source=source, other_pct=other_pct,
-                         other_bursts_ns=bursts, other_source=other_source)  # fmt: skip
+                         **measured)  # fmt: skip
 
 
 def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = True,
