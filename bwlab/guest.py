@@ -24,7 +24,7 @@ from bwlab import tools
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep
-from bwlab.scenario import RunSpec
+from bwlab.scenario import RunSpec, noise_seconds
 
 QEMU = "qemu-system-x86_64"
 GUEST_CGROUP = "/sys/fs/cgroup"
@@ -87,7 +87,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None) -> str:
     for feat in features or []:
         lines.append(f"echo {feat} > {SCHED_FEATURES} || echo 'BWLAB-ERROR sched_feature {feat} not accepted' >&3")
     lines.append(f'echo "BWLAB-FEATURES $(cat {SCHED_FEATURES} 2>/dev/null)" >&3')
-    noise_s = max((s.noise_s for s in specs), default=0)
+    noise_s = noise_seconds(specs)
     # the machine as the simulator should see it, in this boot, before and after the cases
     # (see runner.machine_noise)
     noise = (f"echo 'BWLAB-NOISE-BEGIN' >&3; /bin/noise -t $(nproc) -d {noise_s} > /tmp/noise 2>&1; "

@@ -14,7 +14,7 @@ from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep, parse_noise, rep_metrics
 from bwlab.progress import console
-from bwlab.scenario import RunSpec, Scenario
+from bwlab.scenario import RunSpec, Scenario, noise_seconds
 
 
 def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> list[dict[str, Any]]:
@@ -77,11 +77,15 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
         spec.workload.require_real()
     raws: dict[tuple[int, int], RawRep] = {}
     total = sum(s.repetitions for s in specs)
-    noise_s = max((s.noise_s for s in specs), default=0)
-    outputs = []
-    if noise_s:
-        with console.status(f"noise probe, {noise_s} s"):
-            outputs.append(host.run_noise(noise_s, ncpu))
+    noise_s = noise_seconds(specs)
+    outputs: list[str] = []
+
+    def probe() -> None:
+        if noise_s:
+            with console.status(f"noise probe, {noise_s} s"):
+                outputs.append(host.run_noise(noise_s, ncpu))
+
+    probe()
     with _progress() as progress:
         task = progress.add_task(f"{sc.name} on host", total=total)
         for ci, spec in enumerate(specs):
@@ -89,9 +93,7 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
                 progress.update(task, description=f"{sc.name} host {spec.case} rep {rep + 1}")
                 raws[(ci, rep)] = host.run_rep(hier, spec, rep)
                 progress.advance(task)
-    if noise_s:
-        with console.status(f"noise probe, {noise_s} s"):
-            outputs.append(host.run_noise(noise_s, ncpu))
+    probe()
     meta = results.base_meta("host", "host")
     slice_file = cgroup.sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
     meta.update({
@@ -116,7 +118,7 @@ def run_host(sc: Scenario, out_dir: Path) -> Path:
 def guest_timeout(specs: list[RunSpec]) -> float:
     """Boot, per-repetition setup under emulation, and 1.5x the nominal workload time."""
     reps = sum(s.repetitions for s in specs)
-    work = sum(s.duration_s * s.repetitions for s in specs) + 2 * max((s.noise_s for s in specs), default=0)
+    work = sum(s.duration_s * s.repetitions for s in specs) + 2 * noise_seconds(specs)
     return 120.0 + 1.5 * work + 15.0 * reps
 
 

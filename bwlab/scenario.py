@@ -97,8 +97,9 @@ class RunSpec:
     duration_s: float
     repetitions: int
     lock_classes: tuple[str, ...] = ()  # /proc/lock_stat classes to count (lockstat kernels)
-    # seconds of the `noise` probe (every CPU spinning, no limit) run before the cases, in the
-    # same boot: the machine as the simulator should see it next to these results; 0: none
+    # seconds of the `noise` probe (every CPU spinning, no limit) run before and after the
+    # cases, in the same boot: the machine as the simulator should see it next to these
+    # results; 0: none (see noise_seconds())
     noise_s: int = 0
     # levels of nested groups, each with the same cpu.max; the workload runs in the deepest,
     # cpu.stat is read from the top one
@@ -422,6 +423,12 @@ def find(name_or_path: str) -> Path:
     if not builtin.is_file():
         raise ScenarioError(f"unknown scenario '{name_or_path}' (built in: {', '.join(builtin_names())})")
     return builtin
+
+
+def noise_seconds(specs: list[RunSpec]) -> int:
+    """How long the noise probe runs before and after a run of these cases ([probe] noise_s is
+    the scenario's, the same in every case)."""
+    return max((s.noise_s for s in specs), default=0)
 
 
 def _cpuset(count: int, ncpu: int) -> str:

@@ -35,7 +35,7 @@
 #include "lat.h"
 
 #define MAX_BURSTS (1L << 20)
-#define MAX_SAMPLES 20000L /* burst sizes printed: all, or this many evenly spread */
+#define MAX_SAMPLES 20000L /* samples printed (bursts, lateness): all, or this many evenly spread */
 #define MAX_LATE (1L << 20)
 
 struct spinner {
@@ -43,7 +43,7 @@ struct spinner {
 	int64_t wall_ns, charged_ns, uncharged_ns;
 	int64_t *bursts; /* ns of uncharged time per burst */
 	long nbursts;
-	int64_t *late; /* ns each timer expiry was handled after it was due */
+	int64_t *late; /* ns each timer interrupt arrived after its expiry */
 	long nlate;
 };
 
@@ -110,6 +110,7 @@ static void *spin(void *arg)
 	struct spinner *s = arg;
 	int64_t w0 = now_ns(CLOCK_MONOTONIC), c0 = now_ns(CLOCK_THREAD_CPUTIME_ID);
 	int64_t w = w0, c = c0, high = 0, burst = 0, last_gap = 0;
+
 	self = s;
 	if (interval_ns && start_timer()) {
 		perror("noise: timer");
