@@ -109,7 +109,7 @@ def run(image: KernelImage, test_cpu: Path, vcpus: int, out_dir: Path, label: st
     meta = results.base_meta("guest", label)
     meta.update({"kernel_key": image.key, "hz": image.hz, "vcpus": vcpus, "patches": list(image.patches),
                  "console_log": str(run_.console), "splats": run_.splats[:20],
-                 "elapsed_s": round(run_.elapsed_s, 1)})  # fmt: skip
+                 "elapsed_s": round(run_.elapsed_s, 1), "qemu_timer_thread": run_.timer_thread})  # fmt: skip
     doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run_.status, "meta": meta,
            "tests": [t.__dict__ for t in tests], "output": record.stdout if record else "", "cases": []}  # fmt: skip
     path = results.write(out_dir / f"kselftest-{label}.json", doc)

@@ -141,6 +141,8 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
     limit = timeout_s if timeout_s is not None else guest_timeout(specs)
     with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, kernel {image.key}, limit {limit:.0f} s)"):
         run = guest.run(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features)
+    if not run.timer_thread.startswith("SCHED_FIFO"):
+        console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
     meta = results.base_meta("guest", label)
     meta.update({
         "policy": policy,
@@ -160,6 +162,7 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
         "console_log": str(run.console),
         "splats": run.splats[:20],
         "elapsed_s": round(run.elapsed_s, 1),
+        "qemu_timer_thread": run.timer_thread,
     })  # fmt: skip
     if run.output.noise:
         meta["noise"] = machine_noise(run.output.noise)
