@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 import statistics
 from pathlib import Path
 
@@ -218,6 +219,13 @@ def test_sweep_csv(tmp_path: Path) -> None:
     assert proc.returncode == 1 and "--hz must be" in proc.stderr
 
 
+def test_diff_se() -> None:
+    # lab 10 and 30 (sample variance 200, 2 reps), model always 20: se = sqrt(200 / 2) = 10
+    assert simtools.diff_se([10.0, 30.0], [20.0, 20.0, 20.0]) == pytest.approx(10.0)
+    assert simtools.diff_se([10.0, 30.0], [0.0, 40.0]) == pytest.approx(math.sqrt(100 + 400))
+    assert math.isnan(simtools.diff_se([10.0], [20.0, 30.0]))
+
+
 def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
     # a "lab" result that is the simulator itself (same seeds) must validate; doubled, it must not
     lab = tmp_path / "lab"
@@ -241,7 +249,9 @@ def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
     proc = bwlab("validate", "--results", str(lab), "--out", str(tmp_path / "v"), "--reps", "5")
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines()[-1].startswith("bwlab: error: 3 of 3 points outside the tolerance")
-    assert "| table2 | guest-baseline | 10ms |" in (tmp_path / "v" / "validate.md").read_text()
+    text = (tmp_path / "v" / "validate.md").read_text()
+    assert "| table2 | guest-baseline | 10ms |" in text and "| diff/se |" in text
+    assert "0 of 3 points within tolerance; of the other 3, 0 within two standard errors" in text
     # validating into the results directory itself leaves it readable as a results directory
     proc = bwlab("validate", "--results", str(lab), "--reps", "5")
     assert proc.returncode == 1 and (lab / "validate.jsonl").is_file()
