@@ -132,8 +132,10 @@ def _policies(pid: int) -> dict[int, int]:
 def test_prioritize_timers_raises_only_the_first_thread() -> None:
     """The real thing on a stand-in process: its first thread gets SCHED_FIFO, a thread it
     starts afterwards (as QEMU starts its vCPUs) stays SCHED_OTHER."""
-    code = ("import threading, time; time.sleep(0.5); "
-            "t = threading.Thread(target=time.sleep, args=(2,)); t.start(); t.join()")
+    code = (
+        "import threading, time; time.sleep(0.5); "
+        "t = threading.Thread(target=time.sleep, args=(2,)); t.start(); t.join()"
+    )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
         done = guest.prioritize_timers(proc.pid)
