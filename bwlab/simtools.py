@@ -135,7 +135,7 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = T
             rows.append({"scenario": doc["scenario"], "lab": doc["meta"]["label"], "case": case["case"],
                          "policy": target.policy, "hz": target.hz, "timer_latency": target.latency_source or "none",
                          "other_work": target.other_source or "none",
-                         "lab_mean": lab_m, "lab_sd": lab_sd, "lab_reps": len(_throttled(case["reps"])),
+                         "lab_mean": lab_m, "lab_sd": lab_sd, "lab_reps": len(lab_v),
                          "sim_mean": sim_m, "sim_sd": sim_sd, "sim_reps": len(outs),
                          "diff_se": diff_se(lab_v, sim_v), "ok": within(lab_m, sim_m)})  # fmt: skip
     out_dir.mkdir(parents=True, exist_ok=True)
