@@ -141,7 +141,7 @@ def run_guest(sc: Scenario, image: KernelImage, vcpus: int, out_dir: Path, varia
     limit = timeout_s if timeout_s is not None else guest_timeout(specs)
     with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, kernel {image.key}, limit {limit:.0f} s)"):
         run = guest.run(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features)
-    if not run.timer_thread.startswith("SCHED_FIFO"):
+    if guest.fifo_requested() and not run.timer_thread.startswith("SCHED_FIFO"):
         console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
     meta = results.base_meta("guest", label)
     meta.update({
