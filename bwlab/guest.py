@@ -306,8 +306,8 @@ class GuestRun:
 # late (p99 3.4 ms measured with the noise probe; a period timer late past a CPU's next tick
 # throttles it). At SCHED_FIFO it runs when its timer expires: p99 56-76 us on the same
 # machine. SCHED_RESET_ON_FORK: the threads it creates after (vCPUs, workers) stay normal.
-# Opt-in (BWLAB_QEMU_FIFO=1): in CI runs with it on, host tests right after the guest tests
-# found ~28 % of the CPUs taken and a SIGINT'd guest run completing -- not yet understood.
+# Opt-in (BWLAB_QEMU_FIFO=1) until a clean CI run with it on (the failures first blamed on
+# it came from CI started in the background, where SIGINT is ignored).
 MAIN_LOOP_PRIORITY = 1
 FIFO_ENV = "BWLAB_QEMU_FIFO"
 
