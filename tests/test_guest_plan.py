@@ -160,5 +160,7 @@ def test_prioritize_timers_reports_a_missing_process() -> None:
 def test_qemu_trusts_the_tsc(tmp_path: Path) -> None:
     image = KernelImage(key="k", bzimage=tmp_path / "bzImage", version="7.3.4", release="7.3.4-k", origin="",
                         series_digest="", patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
-    cmd = guest.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
+    cmd = guest.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r", tsc_reliable=True)
     assert "tsc=reliable" in cmd[cmd.index("-append") + 1].split()
+    cmd = guest.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
+    assert "tsc=reliable" not in cmd[cmd.index("-append") + 1].split()
