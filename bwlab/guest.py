@@ -358,13 +358,12 @@ def run(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, lab
     with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
         tmp = Path(tmp_name)
         initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan, extra)
-        cmd = qemu_command(image, initrd, vcpus, console, results, tsc_reliable=fifo_requested())
+        fifo = fifo_requested()
+        cmd = qemu_command(image, initrd, vcpus, console, results, tsc_reliable=fifo)
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-        timer_thread = f"normal (default; {FIFO_ENV}=1: SCHED_FIFO)"
-        if fifo_requested():
-            timer_thread = prioritize_timers(proc.pid)
+        timer_thread = prioritize_timers(proc.pid) if fifo else f"normal (default; {FIFO_ENV}=1: SCHED_FIFO)"
         status = "ok"
         try:
             _, err = proc.communicate(timeout=timeout_s)
