@@ -306,14 +306,18 @@ class GuestRun:
 # late (p99 3.4 ms measured with the noise probe; a period timer late past a CPU's next tick
 # throttles it). At SCHED_FIFO it runs when its timer expires: p99 56-76 us on the same
 # machine. SCHED_RESET_ON_FORK: the threads it creates after (vCPUs, workers) stay normal.
-# Opt-in (BWLAB_QEMU_FIFO=1) until a clean CI run with it on (the failures first blamed on
-# it came from CI started in the background, where SIGINT is ignored).
+# On by default; BWLAB_QEMU_FIFO=0 turns it off (the guest then has the late timers above,
+# and the clock the kernel picks for itself, see qemu_command()).
 MAIN_LOOP_PRIORITY = 1
 FIFO_ENV = "BWLAB_QEMU_FIFO"
 
 
 def fifo_requested() -> bool:
-    return os.environ.get(FIFO_ENV, "") == "1"
+    """Punctual timers unless BWLAB_QEMU_FIFO=0; any other value than 0/1 is an error."""
+    value = os.environ.get(FIFO_ENV, "1")
+    if value not in ("0", "1"):
+        raise BwlabError(f"{FIFO_ENV}={value!r}: expected 1 (punctual guest timers, the default) or 0")
+    return value == "1"
 
 
 def prioritize_timers(pid: int) -> str:
@@ -326,9 +330,23 @@ def prioritize_timers(pid: int) -> str:
     return f"SCHED_FIFO {MAIN_LOOP_PRIORITY}"
 
 
+def timer_priority_plan() -> tuple[bool, str]:
+    """(whether QEMU's main loop will get SCHED_FIFO, what to record if not), decided before
+    QEMU starts because the kernel command line depends on it: tried on a stand-in child."""
+    if not fifo_requested():
+        return False, f"normal ({FIFO_ENV}=0)"
+    probe = subprocess.Popen(["sleep", "5"], stdin=subprocess.DEVNULL)
+    try:
+        done = prioritize_timers(probe.pid)
+    finally:
+        probe.kill()
+        probe.wait()
+    return done.startswith("SCHED_FIFO"), done
+
+
 def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, results: Path,
                  memory: str = "1G", tsc_reliable: bool = False) -> list[str]:  # fmt: skip
-    """tsc_reliable goes with punctual timers (BWLAB_QEMU_FIFO=1): with late timers a stable
+    """tsc_reliable goes with punctual timers (see prioritize_timers()): with late timers a stable
     sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a tick),
     and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0."""
     return [
@@ -358,12 +376,13 @@ def run(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, lab
     with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
         tmp = Path(tmp_name)
         initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan, extra)
-        fifo = fifo_requested()
+        fifo, timer_thread = timer_priority_plan()
         cmd = qemu_command(image, initrd, vcpus, console, results, tsc_reliable=fifo)
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
-        timer_thread = prioritize_timers(proc.pid) if fifo else f"normal (default; {FIFO_ENV}=1: SCHED_FIFO)"
+        if fifo:
+            timer_thread = prioritize_timers(proc.pid)
         status = "ok"
         try:
             _, err = proc.communicate(timeout=timeout_s)

@@ -6,7 +6,10 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from bwlab import guest, scenario
+from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
 
 TESTS = Path(__file__).resolve().parent
@@ -155,6 +158,25 @@ def test_prioritize_timers_raises_only_the_first_thread() -> None:
 
 def test_prioritize_timers_reports_a_missing_process() -> None:
     assert guest.prioritize_timers(2**22 + 12345).startswith("normal (")
+
+
+def test_fifo_is_the_default_and_zero_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("BWLAB_QEMU_FIFO", raising=False)
+    assert guest.fifo_requested()
+    monkeypatch.setenv("BWLAB_QEMU_FIFO", "0")
+    assert not guest.fifo_requested()
+    assert guest.timer_priority_plan() == (False, "normal (BWLAB_QEMU_FIFO=0)")
+    monkeypatch.setenv("BWLAB_QEMU_FIFO", "yes")
+    with pytest.raises(BwlabError, match="BWLAB_QEMU_FIFO='yes': expected 1"):
+        guest.fifo_requested()
+
+
+def test_timer_priority_plan_tries_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Real: decided on a stand-in child before QEMU starts (the command line depends on it)."""
+    monkeypatch.delenv("BWLAB_QEMU_FIFO", raising=False)
+    fifo, said = guest.timer_priority_plan()
+    assert fifo == (os.geteuid() == 0)
+    assert said == "SCHED_FIFO 1" if fifo else said.startswith("normal (")
 
 
 def test_qemu_trusts_the_tsc(tmp_path: Path) -> None:
