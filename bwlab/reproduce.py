@@ -52,12 +52,15 @@ class Job:
 # --quick: one repetition of every scenario, shortened; the tail of burst's latency needs a
 # few hundred requests, hierarchy is loop-bounded (its duration_s is only a time-out).
 QUICK_OVERRIDES: dict[str, dict[str, object]] = {
+    # the in-run noise probe (for validate) 1 s before and after the cases instead of 3
+    "table2": {"repetitions": 1, "duration_s": 3, "probe.noise_s": 1},
+    "rewrite-storm": {"repetitions": 1, "duration_s": 3, "probe.noise_s": 1},
     "burst": {"repetitions": 1, "duration_s": 10},
-    "hierarchy": {"repetitions": 1, "workload.loops": 1000},
+    "hierarchy": {"repetitions": 1, "workload.loops": 500},
     # the densest, most loaded point only
     "colocation": {
         "repetitions": 1,
-        "duration_s": 10,
+        "duration_s": 8,
         "matrix.workload.functions": ["ncpu*8"],
         "matrix.workload.load": [1.2],
     },
