@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -36,15 +37,30 @@ def needs_root() -> pytest.MarkDecorator:
     return pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups")
 
 
+def _live_processes() -> Iterator[Path]:
+    return (entry for entry in Path("/proc").iterdir() if entry.name.isdigit())
+
+
 def pids_with(*needles: str) -> list[int]:
     """Live processes whose command line contains every needle."""
     pids = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
-            except OSError:
-                continue
-            if all(n in cmd for n in needles):
-                pids.append(int(entry.name))
+    for entry in _live_processes():
+        try:
+            cmd = (entry / "cmdline").read_bytes().decode(errors="replace")
+        except OSError:
+            continue
+        if all(n in cmd for n in needles):
+            pids.append(int(entry.name))
     return pids
+
+
+def cmdlines_working_in(directory: Path) -> list[str]:
+    """Command lines of live processes whose working directory is inside `directory`."""
+    found = []
+    for entry in _live_processes():
+        try:
+            if Path(os.readlink(entry / "cwd")).is_relative_to(directory):
+                found.append((entry / "cmdline").read_bytes().decode(errors="replace"))
+        except OSError:
+            continue
+    return found

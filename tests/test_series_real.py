@@ -4,7 +4,6 @@ patched kernel booted under QEMU TCG behaves as the series claims (A/B in the sa
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +13,7 @@ import pytest
 from bwlab import kernel_build, kernel_source
 from bwlab.paths import DEFAULT_SERIES
 
-from conftest import DATA, bwlab
+from conftest import DATA, bwlab, cmdlines_working_in
 
 pytestmark = pytest.mark.guest
 
@@ -164,13 +163,7 @@ def test_git_tree_reproduces_base_commit(source: kernel_source.KernelSource, tmp
                          capture_output=True, text=True, check=True).stdout.splitlines()  # fmt: skip
     assert len(log) == len(SERIES.patches)
     # nothing keeps working in the tree after the command (git am's automatic gc ran in it)
-    left = []
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and Path(os.readlink(entry / "cwd")).is_relative_to(tmp_path / "linux"):
-                left.append((entry / "cmdline").read_bytes().decode(errors="replace"))
-        except OSError:
-            continue
+    left = cmdlines_working_in(tmp_path / "linux")
     assert not left, left
     again = bwlab("kernel", "git", str(tmp_path / "linux"))
     assert again.returncode == 1 and "already exists" in again.stderr
