@@ -51,10 +51,11 @@ class Job:
 
 # --quick: one repetition of every scenario, shortened; the tail of burst's latency needs a
 # few hundred requests, hierarchy is loop-bounded (its duration_s is only a time-out).
+QUICK_DEFAULT: dict[str, object] = {"repetitions": 1, "duration_s": 3}
 QUICK_OVERRIDES: dict[str, dict[str, object]] = {
     # the in-run noise probe (for validate) 1 s before and after the cases instead of 3
-    "table2": {"repetitions": 1, "duration_s": 3, "probe.noise_s": 1},
-    "rewrite-storm": {"repetitions": 1, "duration_s": 3, "probe.noise_s": 1},
+    "table2": {**QUICK_DEFAULT, "probe.noise_s": 1},
+    "rewrite-storm": {**QUICK_DEFAULT, "probe.noise_s": 1},
     "burst": {"repetitions": 1, "duration_s": 10},
     "hierarchy": {"repetitions": 1, "workload.loops": 500},
     # the densest, most loaded point only
@@ -67,7 +68,6 @@ QUICK_OVERRIDES: dict[str, dict[str, object]] = {
 }
 # Kernels without the LAGS patches run colocation with every group at 0 (the file is absent).
 LAGS_OFF: tuple[tuple[str, object], ...] = (("matrix.workload.latency_awareness", [0]),)
-QUICK_DEFAULT: dict[str, object] = {"repetitions": 1, "duration_s": 3}
 
 
 def _quick(jobs: list[Job]) -> list[Job]:
