@@ -12,6 +12,8 @@ from pathlib import Path
 
 import pytest
 
+from bwlab import guest
+
 from conftest import DATA, REPO, bwlab, pids_with
 
 pytestmark = pytest.mark.guest
@@ -49,8 +51,8 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
     assert all(p["metrics"]["uncharged_pct"] < 5 and p["metrics"]["timer_late_p50_us"] < 2000 for p in meta["noise"])
     console = Path(meta["console_log"]).read_text()
     assert "Linux version 7.3.4" in console and "BWLAB-" not in console  # results never on the console
-    # QEMU's timer thread is at SCHED_FIFO (as root) unless BWLAB_QEMU_FIFO=0; then the guest keeps the TSC
-    fifo = os.environ.get("BWLAB_QEMU_FIFO", "1") == "1" and os.geteuid() == 0
+    # QEMU's timer thread is at SCHED_FIFO (as root) unless BWLAB_QEMU_FIFO=0
+    fifo = guest.fifo_requested() and os.geteuid() == 0
     if fifo:  # punctual timers: the guest keeps the TSC
         assert "Switched to clocksource tsc" in console and "Switched to clocksource hpet" not in console
     assert meta["qemu_timer_thread"].startswith("SCHED_FIFO 1" if fifo else "normal (")
