@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import platform
 from pathlib import Path
@@ -15,6 +16,20 @@ from bwlab.kernel_build import KernelImage
 from bwlab.metrics import RawRep, parse_noise, rep_metrics
 from bwlab.progress import console
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
+
+
+def stdout_without_samples(stdout: str) -> str:
+    """A workload's JSON document with its latency samples left out (they are kept once, as
+    the rep's samples_us); the rest (per-function tables, schedstat) stays readable."""
+    lines = stdout.strip().splitlines()
+    try:
+        doc = json.loads(lines[-1])
+    except (IndexError, json.JSONDecodeError):
+        return "(samples_us)"
+    if not isinstance(doc, dict):
+        return "(samples_us)"
+    doc.pop("samples_us", None)
+    return "\n".join([*lines[:-1], json.dumps(doc, separators=(",", ":"))])
 
 
 def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> list[dict[str, Any]]:
@@ -35,7 +50,7 @@ def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> lis
                 entry["samples_us"] = samples
             raw_doc = raw.to_json()
             if samples:
-                raw_doc["stdout"] = "(samples_us)"
+                raw_doc["stdout"] = stdout_without_samples(raw_doc.get("stdout", ""))
             entry["raw"] = raw_doc
             reps.append(entry)
         cases.append({"case": spec.case, "params": spec.params, "settings": spec.settings(), "reps": reps})

@@ -194,6 +194,9 @@ def test_funcs_serves_functions_in_child_groups(tmp_path: Path) -> None:
         assert m["completion_p50_us"] <= m["completion_p99_us"] and m["ctx_switches_per_req"] > 0
         assert len(rep["samples_us"]) == m["requests_done"] + m["requests_unfinished"]
         assert m["cpus_used"] > 0.1  # the servers ran in the case's group (its usage counts them)
+        # the raw output keeps the per-function table but not a second copy of the samples
+        raw = json.loads(rep["raw"]["stdout"].splitlines()[-1])
+        assert "samples_us" not in raw and len(raw["per_function"]) == raw["functions"]
     # repetitions get different seeds (@REP@), so different arrivals
     assert reps[0]["metrics"]["requests_offered"] != reps[1]["metrics"]["requests_offered"]
     assert set(bwlab_dirs()) == before
