@@ -166,6 +166,9 @@ def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
         if half:
             out["heavy_funcs_p99_us"] = sum(float(f["p99_us"]) for f in served[:half]) / half
             out["light_funcs_p99_us"] = sum(float(f["p99_us"]) for f in served[half:]) / (len(served) - half)
+            # what each function's owner sees (its own p99), averaged; and the most popular one's
+            out["funcs_p99_mean_us"] = sum(float(f["p99_us"]) for f in served) / len(served)
+            out["top_func_p99_us"] = float(served[0]["p99_us"])
             credits = [float(f["load_credit"]) for f in served if f["load_credit"] >= 0]
             if credits:
                 out["load_credit_max"] = max(credits)

@@ -39,6 +39,8 @@ COLUMNS: list[tuple[str, str, float]] = [
     ("run_delay_ms_per_req", "runqueue wait ms/request", 1.0),
     ("light_funcs_p99_us", "light functions p99 ms", 1e-3),
     ("heavy_funcs_p99_us", "heavy functions p99 ms", 1e-3),
+    ("funcs_p99_mean_us", "p99 per function, mean ms", 1e-3),
+    ("top_func_p99_us", "most popular function p99 ms", 1e-3),
     ("load_credit_max", "max load credit", 1.0),
     ("uncharged_pct", "uncharged %", 1.0),
     ("burst_mean_us", "uncharged burst mean µs", 1.0),

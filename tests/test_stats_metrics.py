@@ -144,6 +144,7 @@ def test_funcs_metrics() -> None:
                            {"requests": 0, "p50_us": 0, "p99_us": 0, "load_credit": 0}]  # fmt: skip
     m = metrics.parse_funcs(json.dumps(doc))[0]
     assert m["heavy_funcs_p99_us"] == 90000 and m["light_funcs_p99_us"] == 40000 and m["load_credit_max"] == 700
+    assert m["funcs_p99_mean_us"] == 170000 / 3 and m["top_func_p99_us"] == 90000
     del doc["schedstat"]
     assert "sched_switches_per_s" not in metrics.parse_funcs(json.dumps(doc))[0]
     with pytest.raises(BwlabError, match="funcs output"):
