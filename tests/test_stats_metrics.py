@@ -178,3 +178,13 @@ def test_machine_noise_for_the_meta() -> None:
     assert good["metrics"]["uncharged_pct"] == 1.25 and "timer_late_us" in good["stdout"]
     assert "noise output is not its JSON document" in bad["error"] and "metrics" not in bad
     assert runner.machine_noise([]) == []
+
+
+def test_raw_stdout_keeps_the_document_but_not_the_samples() -> None:
+    from bwlab.runner import stdout_without_samples
+
+    doc = {"workload": "funcs", "per_function": [{"requests": 3, "p99_us": 900}], "samples_us": [1, 2, 3]}
+    kept = stdout_without_samples("starting\n" + json.dumps(doc) + "\n")
+    assert kept.splitlines()[0] == "starting"
+    assert json.loads(kept.splitlines()[-1]) == {"workload": "funcs", "per_function": [{"requests": 3, "p99_us": 900}]}
+    assert stdout_without_samples("not json") == "(samples_us)" == stdout_without_samples("[1, 2]")
