@@ -44,9 +44,28 @@ def parse_sysbench(stdout: str) -> dict[str, float]:
     return {"events_per_s": float(eps.group(1)), "events": float(total.group(1))}
 
 
+def workload_doc(stdout: str) -> Any:
+    """A workload's JSON document: the last line of its output (IndexError if there is none,
+    json.JSONDecodeError if that line is not JSON)."""
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+def stdout_without_samples(stdout: str) -> str:
+    """A workload's output with its document's latency samples left out (a result keeps them
+    once, as the rep's samples_us); the rest (per-function tables, schedstat) stays readable."""
+    try:
+        doc = workload_doc(stdout)
+    except (IndexError, json.JSONDecodeError):
+        return "(samples_us)"
+    if not isinstance(doc, dict):
+        return "(samples_us)"
+    doc.pop("samples_us", None)
+    return "\n".join([*stdout.strip().splitlines()[:-1], json.dumps(doc, separators=(",", ":"))])
+
+
 def parse_cglat(stdout: str) -> tuple[dict[str, float], list[int]]:
     try:
-        doc = json.loads(stdout.strip().splitlines()[-1])
+        doc = workload_doc(stdout)
         samples = [int(s) for s in doc["samples_us"]]
     except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise BwlabError(f"cglat output is not its JSON document: {exc}") from exc
@@ -64,7 +83,7 @@ def noise_samples(stdout: str) -> tuple[list[float], list[float]]:
 
 def _noise_doc(stdout: str) -> dict[str, Any]:
     try:
-        doc = json.loads(stdout.strip().splitlines()[-1])
+        doc = workload_doc(stdout)
         if not isinstance(doc, dict) or doc.get("workload") != "noise":
             raise ValueError("not noise's document")
     except (json.JSONDecodeError, IndexError, ValueError) as exc:
@@ -131,7 +150,7 @@ def _percentiles(prefix: str, table: dict[str, Any]) -> dict[str, float]:
 def parse_wakelat(stdout: str) -> tuple[dict[str, float], list[int]]:
     """wakelat's JSON: wakeup and request percentiles (us), achieved RPS; wakeup samples."""
     try:
-        doc = json.loads(stdout.strip().splitlines()[-1])
+        doc = workload_doc(stdout)
         out = {"rps_achieved": float(doc["rps"]), "requests_done": float(doc["completed"]),
                "requests_dropped": float(doc["dropped"])}  # fmt: skip
         for name in ("wakeup", "request"):
@@ -146,7 +165,7 @@ def parse_funcs(stdout: str) -> tuple[dict[str, float], list[int]]:
     """funcs' JSON: throughput, completion-latency percentiles (us), context switches and
     system time per completed request, /proc/schedstat deltas when the kernel has them."""
     try:
-        doc = json.loads(stdout.strip().splitlines()[-1])
+        doc = workload_doc(stdout)
         done = float(doc["completed"])
         dur = float(doc["duration_s"])
         switches = float(doc["nvcsw"]) + float(doc["nivcsw"])
@@ -191,7 +210,7 @@ STRESS_COUNTERS = ("valid_writes", "invalid_writes", "einval_kept", "violations"
 
 def parse_cgstress(stdout: str) -> dict[str, float]:
     try:
-        doc = json.loads(stdout.strip().splitlines()[-1])
+        doc = workload_doc(stdout)
         return {f"stress_{k}": float(doc[k]) for k in STRESS_COUNTERS}
     except (json.JSONDecodeError, IndexError, KeyError, TypeError, ValueError) as exc:
         raise BwlabError(f"cgstress output is not its JSON document: {exc}") from exc

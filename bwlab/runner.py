@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
@@ -13,23 +12,9 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from bwlab import cgroup, guest, host, policies, results
 from bwlab.errors import BwlabError
 from bwlab.kernel_build import KernelImage
-from bwlab.metrics import RawRep, parse_noise, rep_metrics
+from bwlab.metrics import RawRep, parse_noise, rep_metrics, stdout_without_samples
 from bwlab.progress import console
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
-
-
-def stdout_without_samples(stdout: str) -> str:
-    """A workload's JSON document with its latency samples left out (they are kept once, as
-    the rep's samples_us); the rest (per-function tables, schedstat) stays readable."""
-    lines = stdout.strip().splitlines()
-    try:
-        doc = json.loads(lines[-1])
-    except (IndexError, json.JSONDecodeError):
-        return "(samples_us)"
-    if not isinstance(doc, dict):
-        return "(samples_us)"
-    doc.pop("samples_us", None)
-    return "\n".join([*lines[:-1], json.dumps(doc, separators=(",", ":"))])
 
 
 def _case_docs(specs: list[RunSpec], raws: dict[tuple[int, int], RawRep]) -> list[dict[str, Any]]:

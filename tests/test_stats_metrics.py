@@ -181,7 +181,7 @@ def test_machine_noise_for_the_meta() -> None:
 
 
 def test_raw_stdout_keeps_the_document_but_not_the_samples() -> None:
-    from bwlab.runner import stdout_without_samples
+    from bwlab.metrics import stdout_without_samples
 
     doc = {"workload": "funcs", "per_function": [{"requests": 3, "p99_us": 900}], "samples_us": [1, 2, 3]}
     kept = stdout_without_samples("starting\n" + json.dumps(doc) + "\n")
