@@ -22,39 +22,6 @@ CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "bwlab-"
 
 
-def parse_kv(text: str) -> dict[str, int]:
-    """Parse 'key value' lines (cpu.stat, cpuacct.usage lines) into integers."""
-    out: dict[str, int] = {}
-    for lineno, line in enumerate(text.splitlines(), 1):
-        parts = line.split()
-        if not parts:
-            continue
-        if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
-            raise BwlabError(f"cpu.stat line {lineno} is not 'key integer': {line!r}")
-        out[parts[0]] = int(parts[1])
-    return out
-
-
-def normalize_cpu_stat(raw: dict[str, int]) -> dict[str, int]:
-    """One schema for v1 (nanosecond *_time, cpuacct usage) and v2 (*_usec) cpu.stat."""
-    out: dict[str, int] = {}
-    for key in ("nr_periods", "nr_throttled", "nr_bursts"):
-        if key in raw:
-            out[key] = raw[key]
-    for name in ("throttled", "burst"):
-        if f"{name}_usec" in raw:
-            out[f"{name}_us"] = raw[f"{name}_usec"]
-        elif f"{name}_time" in raw:
-            out[f"{name}_us"] = raw[f"{name}_time"] // 1000
-    if "usage_usec" in raw:
-        out["usage_us"] = raw["usage_usec"]
-    elif "cpuacct_usage_ns" in raw:
-        out["usage_us"] = raw["cpuacct_usage_ns"] // 1000
-    if "nr_periods" not in out or "nr_throttled" not in out:
-        raise BwlabError("cpu.stat has no nr_periods/nr_throttled: is CFS bandwidth control built in?")
-    return out
-
-
 def _write(path: Path, value: str) -> None:
     try:
         with path.open("w") as fh:
@@ -149,8 +116,6 @@ def levels(depth: int) -> list[Path]:
 class Hierarchy:
     """Where and how groups are made on this machine."""
 
-    version: int
-
     def describe(self) -> str:
         raise NotImplementedError
 
@@ -178,8 +143,6 @@ class Hierarchy:
 
 
 class CgroupV2(Hierarchy):
-    version = 2
-
     def __init__(self, root: Path) -> None:
         self.root = root
 
@@ -217,8 +180,6 @@ class CgroupV2(Hierarchy):
 
 
 class CgroupV1(Hierarchy):
-    version = 1
-
     def __init__(self, cpu: Path, cpuacct: Path | None, cpuset: Path | None) -> None:
         self.cpu, self.cpuacct, self.cpuset = cpu, cpuacct, cpuset
 

@@ -7,6 +7,7 @@ import time
 from collections.abc import Iterator
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 console = Console(stderr=True, highlight=False)
 
@@ -24,5 +25,7 @@ def step(description: str) -> Iterator[None]:
     console.print(f"[green]✓[/green] {description} ({time.monotonic() - start:.1f} s)")
 
 
-def info(message: str) -> None:
-    console.print(message)
+def run_progress() -> Progress:
+    """A transient bar for the repetitions of a run."""
+    return Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                    TimeElapsedColumn(), console=console, transient=True)  # fmt: skip

@@ -18,53 +18,36 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from bwlab import workloads
 from bwlab.errors import BwlabError
 from bwlab.paths import SCENARIO_DIR
-
-CPU_EXPR = re.compile(r"^ncpu(?:\s*([*/])\s*(\d+(?:\.\d+)?))?$")
-FLOOR_EXPR = re.compile(r"^max\(\s*(\d+(?:\.\d+)?)\s*,\s*(.+?)\s*\)$")
+from bwlab.workloads.base import CGROUP_ARG, REP_ARG, ParamError, Resolved, WorkloadKind, cpu_value
 
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes", "noise_s"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
-FUNCS_KEYS = {"kind", "functions", "load", "zipf", "median_us", "sigma", "on_ms", "off_ms", "workers",
-              "latency_awareness"}  # fmt: skip
-WORKLOAD_KEYS: dict[str, set[str]] = {
-    "sysbench-cpu": {"kind", "threads", "max_prime"},
-    "cglat": {"kind", "burners", "sleep_us"},
-    "hackbench": {"kind", "groups", "loops", "pipe"},
-    "cgstress": {"kind", "burners", "hotplug"},
-    "sysbench-threads": {"kind", "threads", "locks", "yields"},
-    "wakelat": {"kind", "msg_threads", "workers", "rps", "batch", "poisson", "burn_us", "sleep_us", "slice_us"},
-    "funcs": FUNCS_KEYS,
-    "noise": {"kind", "threads", "gap_us", "merge_us", "work", "timer_interval_us"},
-    # simulator only (until real workloads of these shapes exist in workloads/)
-    "onoff": {"kind", "threads", "on_us", "off_us", "dist"},
-    "requests": {"kind", "workers", "rps", "service_us", "dist"},
-    "trace": {"kind", "file", "repeat"},
-}
-SIM_ONLY = {"onoff", "requests", "trace"}
-# In a workload's argv: the directory of the group it runs in (cpu controller), filled in by
-# the runner; funcs makes its per-function child groups there.
-CGROUP_ARG = "@CGROUP@"
-# ... and the repetition's number (1, 2, ...): funcs' seed, so that repetitions see different
-# arrivals while the cases of one repetition see the same ones.
-REP_ARG = "@REP@"
-DISTS = ("fixed", "exp", "uniform", "lognormal")
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
+MIN_QUOTA_US = 1000  # the kernel refuses a smaller cpu.max quota (and period)
+MAX_CASES = 10_000  # a matrix larger than this is refused with its size, not expanded
 
 
 @dataclass(frozen=True)
 class Workload:
+    """A case's workload, resolved for one CPU count."""
+
     kind: str
-    argv: tuple[str, ...]  # argv[0] is a logical program name the runner resolves
-    # the [workload] table, CPU counts resolved, paths absolute: what the simulator reads
-    table: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
+    argv: tuple[str, ...]  # argv[0] is a logical program name, or one of `files`
+    resolved: Resolved = field(default_factory=lambda: Resolved("", {}), compare=False, hash=False)
+    files: dict[str, Path] = field(default_factory=dict, compare=False, hash=False)
+
+    @property
+    def plugin(self) -> WorkloadKind:
+        return workloads.get(self.kind)
 
     def require_real(self) -> None:
-        if self.kind in SIM_ONLY:
+        if not self.plugin.runs_on_real:
             raise BwlabError(f"workload kind '{self.kind}' runs only in the simulator (--target sim)")
 
     def args(self, cgroup_dir: str, rep: int) -> list[str]:
@@ -108,7 +91,7 @@ class RunSpec:
     def settings(self) -> dict[str, Any]:
         return {"period_us": self.period_us, "quota_us": self.quota_us,
                 "burst_us": self.burst_us, "cpus": self.cpus, "depth": self.depth, "sysctls": self.sysctls,
-                "workload": list(self.workload.argv),
+                "kind": self.workload.kind, "workload": list(self.workload.argv),
                 "sides": [f"{s.kind}@{s.interval_us}us" for s in self.sides]}  # fmt: skip
 
 
@@ -123,10 +106,6 @@ class Scenario:
     @property
     def description(self) -> str:
         return str(self.data.get("description", ""))
-
-    def total_seconds(self) -> float:
-        """Workload time over all cases and repetitions (without setup)."""
-        return sum(float(d["duration_s"]) * int(d["repetitions"]) for _, _, d in self.cases)
 
     def resolve(self, ncpu: int) -> list[RunSpec]:
         return [_resolve_case(self, name, params, data, ncpu) for name, params, data in self.cases]
@@ -156,30 +135,6 @@ def _err(sc_path: Path, text: str, message: str, key: str = "", section: str | N
     line = _line_of(text, key, section) if key or section else 0
     where = f"{sc_path}:{line}" if line else str(sc_path)
     return ScenarioError(f"{where}: {message}")
-
-
-def cpu_value(value: Any, ncpu: int, what: str) -> float:
-    """Evaluate a CPU-count expression: a number, 'ncpu', 'ncpu/K', 'ncpu*K' or 'max(N, expr)'."""
-    if isinstance(value, bool):
-        raise BwlabError(f"{what}: expected a CPU count, got {value!r}")
-    if isinstance(value, int | float):
-        if value <= 0:
-            raise BwlabError(f"{what}: must be positive, got {value}")
-        return float(value)
-    if isinstance(value, str):
-        floor = FLOOR_EXPR.match(value.strip())
-        if floor:
-            return max(float(floor.group(1)), cpu_value(floor.group(2), ncpu, what))
-        match = CPU_EXPR.match(value.strip())
-        if match:
-            op, num = match.groups()
-            if op is None:
-                return float(ncpu)
-            factor = float(num)
-            if factor == 0:
-                raise BwlabError(f"{what}: division by zero in {value!r}")
-            return ncpu * factor if op == "*" else ncpu / factor
-    raise BwlabError(f"{what}: expected a number, 'ncpu', 'ncpu/K', 'ncpu*K' or 'max(N, ...)', got {value!r}")
 
 
 def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
@@ -243,53 +198,30 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     if not isinstance(wl, dict) or "kind" not in wl:
         raise _err(p, t, "missing [workload] table with a 'kind'", "", "workload")
     kind = wl["kind"]
-    if kind not in WORKLOAD_KEYS:
-        raise _err(p, t, f"unknown workload kind {kind!r} (known: {', '.join(sorted(WORKLOAD_KEYS))})",
+    if kind not in workloads.kinds():
+        raise _err(p, t, f"unknown workload kind {kind!r} (known: {', '.join(sorted(workloads.kinds()))})",
                    "kind", "workload")  # fmt: skip
+    plugin = workloads.get(kind)
     for key in wl:
-        if key not in WORKLOAD_KEYS[kind]:
+        if key != "kind" and key not in plugin.params:
             raise _err(p, t, f"unknown key '{key}' for workload {kind!r} "
-                       f"(known: {', '.join(sorted(WORKLOAD_KEYS[kind]))})", key, "workload")  # fmt: skip
-    for key in ("threads", "burners", "groups", "workers", "functions"):
-        if key in wl:
-            need_cpu("workload", key, wl[key], "")
-    for key, flo, fhi in (("load", 0.001, 100.0), ("zipf", 0.0, 10.0), ("median_us", 1.0, 1e7),
-                          ("sigma", 0.0, 5.0), ("on_ms", 1.0, 1e7), ("off_ms", 0.0, 1e7)):  # fmt: skip
-        val = wl.get(key, flo)
-        if isinstance(val, bool) or not isinstance(val, int | float) or not flo <= val <= fhi:
-            raise _err(p, t, f"[workload] {key} must be a number in {flo:g}..{fhi:g}, got {val!r}{ctx}",
-                       key, "workload")  # fmt: skip
-    if "latency_awareness" in wl:
-        need_int("workload", "latency_awareness", wl["latency_awareness"], 0, 1)
+                       f"(known: {', '.join(sorted(plugin.params))})", key, "workload")  # fmt: skip
+    try:
+        for key, param in plugin.params.items():
+            if key in wl:
+                param.check(key, wl[key])
+        for key, param in plugin.params.items():
+            if param.required and key not in wl:
+                raise ParamError(key, f"[workload] {kind} needs {key}")
+        plugin.check(wl)
+    except ParamError as exc:
+        raise _err(p, t, f"{exc}{ctx}", exc.key, "workload") from None
     probe = need_table("probe", PROBE_KEYS)
     classes = probe.get("lock_classes", [])
     if not isinstance(classes, list) or not all(isinstance(c, str) and c.strip() for c in classes):
         raise _err(p, t, "[probe] lock_classes must be a list of lock class names", "lock_classes", "probe")
     if "noise_s" in probe:
         need_int("probe", "noise_s", probe["noise_s"], 0, 600)
-    for key, lo, hi in (("max_prime", 3, 10**7), ("sleep_us", 1, 10**7), ("loops", 1, 10**7),
-                        ("locks", 1, 10**6), ("yields", 1, 10**7), ("msg_threads", 1, 64),
-                        ("batch", 1, 10**5), ("burn_us", 0, 10**7), ("slice_us", 100, 10**5)):  # fmt: skip
-        if key in wl:
-            need_int("workload", key, wl[key], lo, hi)
-    if isinstance(wl.get("rps"), str):
-        need_cpu("workload", "rps", wl["rps"], "")
-    for key in ("on_us", "off_us", "service_us", "rps"):
-        val = wl.get(key, 1)
-        if key == "rps" and isinstance(val, str):
-            continue
-        if isinstance(val, bool) or not isinstance(val, int | float) or not 0 < val <= 10**9:
-            raise _err(p, t, f"[workload] {key} must be a positive number, got {val!r}{ctx}", key, "workload")
-    if wl.get("dist", "exp") not in DISTS:
-        raise _err(p, t, f"[workload] dist must be one of {', '.join(DISTS)}, got {wl['dist']!r}{ctx}",
-                   "dist", "workload")  # fmt: skip
-    if kind == "trace" and not (isinstance(wl.get("file"), str) and wl["file"]):
-        raise _err(p, t, f'[workload] a trace needs file = "PATH.jsonl"{ctx}', "file", "workload")
-    for key in ("hotplug", "repeat", "poisson", "pipe"):
-        if not isinstance(wl.get(key, False), bool):
-            raise _err(p, t, f"[workload] {key} must be true or false, got {wl[key]!r}{ctx}", key, "workload")
-    if not isinstance(wl.get("hotplug", False), bool):
-        raise _err(p, t, f"[workload] hotplug must be true or false, got {wl['hotplug']!r}{ctx}", "hotplug", "workload")
 
     sides = data.get("side", {})
     if not isinstance(sides, dict):
@@ -341,7 +273,9 @@ def load(path: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     `overrides` replaces top-level settings (repetitions, duration_s) for quick runs, and
     "section.key" entries (e.g. "workload.loops") replace a key of a table."""
     try:
-        text = path.read_text()
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ScenarioError(f"{path}: not UTF-8 text (byte {exc.start}): a scenario is a TOML file") from None
     except OSError as exc:
         raise ScenarioError(f"{path}: cannot read scenario: {exc.strerror}") from exc
     try:
@@ -376,6 +310,10 @@ def load(path: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     if not isinstance(explicit, list) or not all(isinstance(c, dict) for c in explicit):
         raise _err(path, text, "case must be an array of tables ([[case]])", "", "case")
 
+    size = len(explicit) * math.prod(len(v) for v in matrix.values())
+    if size > MAX_CASES:
+        raise _err(path, text, f"the matrix and cases make {size:,} cases; at most {MAX_CASES:,} are allowed",
+                   "", "matrix")  # fmt: skip
     base = {k: v for k, v in data.items() if k not in ("matrix", "case")}
     keys = list(matrix)
     seen: set[str] = set()
@@ -431,94 +369,54 @@ def noise_seconds(specs: list[RunSpec]) -> int:
     return max((s.noise_s for s in specs), default=0)
 
 
-def _cpuset(count: int, ncpu: int) -> str:
-    return "0" if count == 1 else f"0-{count - 1}"
-
-
 def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[str, Any], ncpu: int) -> RunSpec:
+    where = f"{sc.path}: case {case}"
     cg = data.get("cgroup", {})
     period = int(cg.get("period_us", 100000))
     quota_expr = cg.get("quota_cpus", "max")
-    quota = None if quota_expr == "max" else max(1000, round(cpu_value(quota_expr, ncpu, "quota_cpus") * period))
+    quota = None
+    if quota_expr != "max":
+        quota = round(cpu_value(quota_expr, ncpu, "quota_cpus") * period)
+        if quota < MIN_QUOTA_US:
+            raise BwlabError(f"{where}: quota_cpus={quota_expr!r} at a {period} us period is a quota of {quota} us; "
+                             f"the kernel's minimum is {MIN_QUOTA_US} us")  # fmt: skip
     burst = int(cg.get("burst_us", 0))
     if cg.get("burst_cpus", 0) != 0:
         burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
+    if burst and quota is None:
+        raise BwlabError(f"{where}: a burst ({burst} us) needs a quota (quota_cpus is 'max')")
+    if quota is not None and burst > quota:
+        raise BwlabError(f"{where}: burst {burst} us is above the quota {quota} us (the kernel refuses it)")
     cpus_expr = cg.get("cpus", "all")
     cpus = None
     if cpus_expr != "all":
         count = max(1, math.floor(cpu_value(cpus_expr, ncpu, "cpus")))
         if count > ncpu:
-            raise BwlabError(f"{sc.path}: case {case}: cpus={cpus_expr!r} is {count} CPUs, target has {ncpu}")
-        cpus = None if count == ncpu else _cpuset(count, ncpu)
+            raise BwlabError(f"{where}: cpus={cpus_expr!r} is {count} CPUs, target has {ncpu}")
+        cpus = None if count == ncpu else ("0" if count == 1 else f"0-{count - 1}")
     duration = float(data["duration_s"])
     wl = data["workload"]
-    kind = wl["kind"]
-    dur_arg = str(max(1, math.ceil(duration)))
-    if kind == "sysbench-cpu":
-        threads = max(1, round(cpu_value(wl.get("threads", "ncpu"), ncpu, "threads")))
-        argv: tuple[str, ...] = ("sysbench", "cpu", f"--threads={threads}",
-                                 f"--cpu-max-prime={wl.get('max_prime', 20000)}",
-                                 f"--time={dur_arg}", "--events=0", "run")  # fmt: skip
-    elif kind == "cglat":
-        burners = max(1, round(cpu_value(wl.get("burners", 32), ncpu, "burners")))
-        argv = ("cglat", "-b", str(burners), "-s", str(wl.get("sleep_us", 10000)), "-d", dur_arg)
-    elif kind == "sysbench-threads":
-        threads = max(1, round(cpu_value(wl.get("threads", "ncpu*4"), ncpu, "threads")))
-        argv = ("sysbench", "threads", f"--threads={threads}", f"--thread-locks={wl.get('locks', 8)}",
-                f"--thread-yields={wl.get('yields', 1000)}", f"--time={dur_arg}", "--events=0", "run")  # fmt: skip
-    elif kind == "wakelat":
-        workers = max(1, round(cpu_value(wl.get("workers", "ncpu*2"), ncpu, "workers")))
-        msgs = int(wl.get("msg_threads", 1))
-        rps = cpu_value(wl["rps"], ncpu, "rps") if "rps" in wl else 0
-        argv = ("wakelat", "-m", str(msgs), "-t", str(max(1, workers // msgs)), "-r", f"{rps:g}",
-                "-b", str(wl.get("batch", 1)), *(("-p",) if wl.get("poisson") else ()),
-                "-c", str(wl.get("burn_us", 1000)), "-s", str(wl.get("sleep_us", 0)),
-                *(("-S", str(wl["slice_us"])) if "slice_us" in wl else ()), "-d", dur_arg)  # fmt: skip
-    elif kind == "cgstress":
-        burners = max(1, min(64, round(cpu_value(wl.get("burners", "ncpu*4"), ncpu, "burners"))))
-        argv = ("cgstress", "-d", dur_arg, "-b", str(burners), *(("-H",) if wl.get("hotplug") else ()))
-    elif kind == "hackbench":
-        groups = max(1, round(cpu_value(wl.get("groups", "ncpu"), ncpu, "groups")))
-        # pipes by default: the lab's guest kernels are built without networking (no socketpair)
-        argv = ("hackbench", *(("-p",) if wl.get("pipe", True) else ()), "-g", str(groups), "-l",
-                str(wl.get("loops", 1000)))  # fmt: skip
-    elif kind == "funcs":
-        funcs = max(1, round(cpu_value(wl.get("functions", "ncpu*4"), ncpu, "functions")))
-        opts = [("-l", "load", 1.0), ("-z", "zipf", 1.0), ("-m", "median_us", 5000), ("-s", "sigma", 1.0),
-                ("-B", "on_ms", 1000), ("-O", "off_ms", 3000)]  # fmt: skip
-        workers = max(1, round(cpu_value(wl.get("workers", 2), ncpu, "workers")))
-        argv = ("funcs", "-n", str(funcs), "-c", str(ncpu), "-w", str(workers), "-d", dur_arg,
-                *(a for flag, key, default in opts for a in (flag, f"{float(wl.get(key, default)):g}")),
-                "-S", REP_ARG, "-G", CGROUP_ARG,
-                *(("-L", str(wl["latency_awareness"])) if "latency_awareness" in wl else ()))  # fmt: skip
-    elif kind == "noise":
-        threads = max(1, round(cpu_value(wl.get("threads", "ncpu"), ncpu, "threads")))
-        argv = ("noise", "-t", str(threads), "-d", dur_arg, "-g", str(int(wl.get("gap_us", 5))),
-                "-m", str(int(wl.get("merge_us", 100))), "-w", str(int(wl.get("work", 0))),
-                "-i", str(int(wl.get("timer_interval_us", 997))))  # fmt: skip
-    else:  # simulator only
-        argv = (kind,)
-    table = dict(wl)
-    for key in ("threads", "burners", "groups", "workers", "functions"):
-        if key in table:
-            table[key] = max(1, round(cpu_value(table[key], ncpu, key)))
-    if "rps" in table:
-        table["rps"] = cpu_value(table["rps"], ncpu, "rps")
-    if "file" in table:
-        table["file"] = str((sc.path.parent / table["file"]).resolve())
+    plugin = workloads.get(wl["kind"])
+    values: dict[str, Any] = {}
+    for key, param in plugin.params.items():
+        value = wl.get(key, param.default)
+        if value is not None:
+            values[key] = param.resolve(key, value, ncpu, sc.path.parent)
+    resolved = Resolved(kind=plugin.name, values=values, base_dir=sc.path.parent)
+    argv = plugin.argv(resolved, ncpu, duration) if plugin.runs_on_real else (plugin.name,)
     sides = tuple(
         SideAction(kind=name, interval_us=int(s.get("interval_ms", 100)) * 1000)
         for name, s in sorted(data.get("side", {}).items())
         if s.get("enabled", True)
     )
     if any(s.kind == "rewrite" for s in sides) and quota is None:
-        raise BwlabError(f"{sc.path}: case {case}: side.rewrite needs a quota (quota_cpus is 'max')")
+        raise BwlabError(f"{where}: side.rewrite needs a quota (quota_cpus is 'max')")
     return RunSpec(
         scenario=sc.name, case=case, params=params, ncpu=ncpu, period_us=period, quota_us=quota,
         burst_us=burst, cpus=cpus,
         sysctls={k: str(v) for k, v in data.get("sysctl", {}).items()},
-        workload=Workload(kind=kind, argv=argv, table=table), sides=sides, duration_s=duration,
-        repetitions=int(data["repetitions"]),
+        workload=Workload(kind=plugin.name, argv=argv, resolved=resolved, files=plugin.files(resolved)),
+        sides=sides, duration_s=duration, repetitions=int(data["repetitions"]),
         lock_classes=tuple(data.get("probe", {}).get("lock_classes", [])), depth=int(cg.get("depth", 1)),
         noise_s=int(data.get("probe", {}).get("noise_s", 0)),
     )  # fmt: skip

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import cgroup
+from bwlab import cgroup, cpustat
 from bwlab.errors import BwlabError
 
 V1_STAT = "nr_periods 120\nnr_throttled 60\nthrottled_time 4500000000\nnr_bursts 2\nburst_time 3000000\n"
@@ -15,8 +15,8 @@ V2_STAT = (
 
 
 def test_v1_cpu_stat_in_microseconds() -> None:
-    raw = cgroup.parse_kv(V1_STAT + "cpuacct_usage_ns 7000000\n")
-    stat = cgroup.normalize_cpu_stat(raw)
+    raw = cpustat.parse_kv(V1_STAT + "cpuacct_usage_ns 7000000\n")
+    stat = cpustat.normalize_cpu_stat(raw)
     assert stat == {
         "nr_periods": 120,
         "nr_throttled": 60,
@@ -28,18 +28,18 @@ def test_v1_cpu_stat_in_microseconds() -> None:
 
 
 def test_v2_cpu_stat() -> None:
-    stat = cgroup.normalize_cpu_stat(cgroup.parse_kv(V2_STAT))
+    stat = cpustat.normalize_cpu_stat(cpustat.parse_kv(V2_STAT))
     assert stat["throttled_us"] == 250000 and stat["usage_us"] == 2000000 and stat["nr_throttled"] == 49
 
 
 def test_cpu_stat_without_bandwidth_fields() -> None:
     with pytest.raises(BwlabError, match="nr_periods"):
-        cgroup.normalize_cpu_stat(cgroup.parse_kv("usage_usec 5\n"))
+        cpustat.normalize_cpu_stat(cpustat.parse_kv("usage_usec 5\n"))
 
 
 def test_cpu_stat_garbage() -> None:
     with pytest.raises(BwlabError, match="line 2"):
-        cgroup.parse_kv("nr_periods 1\nnr_throttled lots\n")
+        cpustat.parse_kv("nr_periods 1\nnr_throttled lots\n")
 
 
 def fake_v1(root: Path) -> None:

@@ -8,16 +8,18 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import guest, scenario
+from bwlab import scenario
 from bwlab.errors import BwlabError
-from bwlab.kernel_build import KernelImage
+from bwlab.kernel.build import KernelImage
+from bwlab.targets import qemu
+from bwlab.targets.plan import parse_records, render_plan
 
 TESTS = Path(__file__).resolve().parent
 
 
 def test_render_plan_covers_every_rep_and_setting() -> None:
     specs = scenario.load(scenario.builtin_path("rewrite-storm")).resolve(2)
-    plan = guest.render_plan(specs)
+    plan = render_plan(specs)
     for ci, spec in enumerate(specs):
         for rep in range(spec.repetitions):
             assert f"mkdir /sys/fs/cgroup/bwlab-{ci}-{rep}" in plan
@@ -27,17 +29,17 @@ def test_render_plan_covers_every_rep_and_setting() -> None:
 
 
 def test_render_plan_sysctl_and_cpuset() -> None:
-    slice_plan = guest.render_plan(scenario.load(scenario.builtin_path("slice")).resolve(2))
+    slice_plan = render_plan(scenario.load(scenario.builtin_path("slice")).resolve(2))
     assert "echo 1000 > /proc/sys/kernel/sched_cfs_bandwidth_slice_us" in slice_plan
     assert "OLD_0_kernel_sched_cfs_bandwidth_slice_us=$(cat" in slice_plan
-    cg_plan = guest.render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
+    cg_plan = render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
     assert "echo 0 > /sys/fs/cgroup/bwlab-2-0/cpuset.cpus" in cg_plan
     assert "echo 'max 100000' > /sys/fs/cgroup/bwlab-2-0/cpu.max" in cg_plan
 
 
 def test_render_plan_nested_groups() -> None:
     specs = scenario.load(scenario.builtin_path("hierarchy")).resolve(2)
-    plan = guest.render_plan(specs)
+    plan = render_plan(specs)
     top = "/sys/fs/cgroup/bwlab-1-0"
     for level in (top, f"{top}/l2", f"{top}/l2/l3"):
         assert f"mkdir {level}\n" in plan and f"echo '100000 100000' > {level}/cpu.max" in plan
@@ -74,7 +76,7 @@ BWLAB-DONE\r
 
 
 def test_parse_results_channel() -> None:
-    out = guest.parse_results(RESULTS)
+    out = parse_records(RESULTS)
     assert out.done and out.hello == {"release": "7.3.4", "ncpu": "2", "slice_us": "5000"}
     raw = out.records[(0, 0)]
     assert raw.rc == 0 and abs(raw.wall_s - 10.25) < 1e-9
@@ -83,7 +85,7 @@ def test_parse_results_channel() -> None:
 
 
 def test_parse_results_incomplete() -> None:
-    out = guest.parse_results(RESULTS.split("BWLAB-SECTION rc")[0])
+    out = parse_records(RESULTS.split("BWLAB-SECTION rc")[0])
     assert not out.done and not out.records
 
 
@@ -99,28 +101,28 @@ def test_find_splats() -> None:
             "[    5.0] reboot: Restarting system",
         ]
     )
-    splats = guest.find_splats(console)
+    splats = qemu.find_splats(console)
     assert len(splats) == 4
-    assert guest.find_splats("[ 0.1] Linux version\n[ 1.0] reboot: machine restart\n") == []
+    assert qemu.find_splats("[ 0.1] Linux version\n[ 1.0] reboot: machine restart\n") == []
     # a debug kernel's boot banner is not a splat; its reports are
     banner = "[ 0.2] rcu: \tRCU lockdep checking is enabled.\n[ 0.4] ... MAX_LOCKDEP_KEYS: 8192\n"
     banner += "[ 0.6] kcsan: enabled early\n[ 1.1] kcsan: selftest: 3/3 tests passed\n"
-    assert guest.find_splats(banner) == []
+    assert qemu.find_splats(banner) == []
     reports = "[ 9.0] BUG: KCSAN: data-race in foo / bar\n[ 9.1] WARNING: suspicious RCU usage\n"
-    assert len(guest.find_splats(reports)) == 2
+    assert len(qemu.find_splats(reports)) == 2
 
 
 def test_noise_probe_runs_before_and_after_the_cases() -> None:
-    plan = guest.render_plan(scenario.load(scenario.builtin_path("table2")).resolve(2))
+    plan = render_plan(scenario.load(scenario.builtin_path("table2")).resolve(2))
     assert plan.count("/bin/noise -t $(nproc) -d 3") == 2
     assert plan.index("BWLAB-NOISE-BEGIN") < plan.index("BWLAB-BEGIN 0 0")
     assert plan.rindex("BWLAB-NOISE-BEGIN") > plan.rindex("BWLAB-END")
-    assert "BWLAB-NOISE" not in guest.render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
+    assert "BWLAB-NOISE" not in render_plan(scenario.load(scenario.builtin_path("cglat")).resolve(2))
     probe = 'BWLAB-NOISE-BEGIN\r\n{"workload": "noise"}\r\nBWLAB-NOISE-END\r\n'
     text = RESULTS.replace("BWLAB-BEGIN 0 0", probe + "BWLAB-BEGIN 0 0")
-    out = guest.parse_results(text)
+    out = parse_records(text)
     assert out.noise == ['{"workload": "noise"}\n'] and out.done and (0, 0) in out.records
-    assert guest.parse_results(RESULTS).noise == []
+    assert parse_records(RESULTS).noise == []
 
 
 def _policies(pid: int) -> dict[int, int]:
@@ -141,7 +143,7 @@ def test_prioritize_timers_raises_only_the_first_thread() -> None:
     )
     proc = subprocess.Popen([sys.executable, "-c", code])
     try:
-        done = guest.prioritize_timers(proc.pid)
+        done = qemu.prioritize_timers(proc.pid)
         if os.geteuid() != 0:  # not allowed: said so, not hidden
             assert done.startswith("normal (")
             return
@@ -157,24 +159,24 @@ def test_prioritize_timers_raises_only_the_first_thread() -> None:
 
 
 def test_prioritize_timers_reports_a_missing_process() -> None:
-    assert guest.prioritize_timers(2**22 + 12345).startswith("normal (")
+    assert qemu.prioritize_timers(2**22 + 12345).startswith("normal (")
 
 
 def test_fifo_is_the_default_and_zero_turns_it_off(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("BWLAB_QEMU_FIFO", raising=False)
-    assert guest.fifo_requested()
+    assert qemu.fifo_requested()
     monkeypatch.setenv("BWLAB_QEMU_FIFO", "0")
-    assert not guest.fifo_requested()
-    assert guest.timer_priority_plan() == (False, "normal (BWLAB_QEMU_FIFO=0)")
+    assert not qemu.fifo_requested()
+    assert qemu.timer_priority_plan() == (False, "normal (BWLAB_QEMU_FIFO=0)")
     monkeypatch.setenv("BWLAB_QEMU_FIFO", "yes")
     with pytest.raises(BwlabError, match="BWLAB_QEMU_FIFO='yes': expected 1"):
-        guest.fifo_requested()
+        qemu.fifo_requested()
 
 
 def test_timer_priority_plan_tries_it_first(monkeypatch: pytest.MonkeyPatch) -> None:
     """Real: decided on a stand-in child before QEMU starts (the command line depends on it)."""
     monkeypatch.delenv("BWLAB_QEMU_FIFO", raising=False)
-    fifo, said = guest.timer_priority_plan()
+    fifo, said = qemu.timer_priority_plan()
     assert fifo == (os.geteuid() == 0)
     assert said == "SCHED_FIFO 1" if fifo else said.startswith("normal (")
 
@@ -182,7 +184,7 @@ def test_timer_priority_plan_tries_it_first(monkeypatch: pytest.MonkeyPatch) -> 
 def test_qemu_trusts_the_tsc(tmp_path: Path) -> None:
     image = KernelImage(key="k", bzimage=tmp_path / "bzImage", version="7.3.4", release="7.3.4-k", origin="",
                         series_digest="", patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
-    cmd = guest.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r", tsc_reliable=True)
+    cmd = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r", tsc_reliable=True)
     assert "tsc=reliable" in cmd[cmd.index("-append") + 1].split()
-    cmd = guest.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
+    cmd = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
     assert "tsc=reliable" not in cmd[cmd.index("-append") + 1].split()

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import guest
+from bwlab.targets import qemu
 
 from conftest import DATA, REPO, bwlab, pids_with
 
@@ -52,7 +52,7 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
     console = Path(meta["console_log"]).read_text()
     assert "Linux version 7.3.4" in console and "BWLAB-" not in console  # results never on the console
     # QEMU's timer thread is at SCHED_FIFO (as root) unless BWLAB_QEMU_FIFO=0
-    fifo = guest.fifo_requested() and os.geteuid() == 0
+    fifo = qemu.fifo_requested() and os.geteuid() == 0
     if fifo:  # punctual timers: the guest keeps the TSC
         assert "Switched to clocksource tsc" in console and "Switched to clocksource hpet" not in console
     assert meta["qemu_timer_thread"].startswith("SCHED_FIFO 1" if fifo else "normal (")

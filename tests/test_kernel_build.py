@@ -4,8 +4,9 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import kernel_build, kernel_source
 from bwlab.errors import BwlabError
+from bwlab.kernel import build as kernel_build
+from bwlab.kernel import source as kernel_source
 
 PATCH = """From 1 Mon Sep 17 00:00:00 2001
 Subject: [PATCH] x

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import kselftest
 from bwlab.errors import BwlabError
+from bwlab.kernel import kselftest
 
 TAP = """TAP version 13
 1..4

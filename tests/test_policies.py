@@ -2,8 +2,10 @@ from __future__ import annotations
 
 import pytest
 
-from bwlab import guest, policies, scenario
+from bwlab import scenario
 from bwlab.errors import BwlabError
+from bwlab.kernel import policies
+from bwlab.targets.plan import SCHED_FEATURES, parse_records, render_plan
 
 from conftest import DATA
 
@@ -30,16 +32,16 @@ def test_parse_features_reads_only_the_series_switches() -> None:
 
 def test_plan_writes_features_before_the_first_case() -> None:
     specs = scenario.load(DATA / "table2-10ms.toml").resolve(2)
-    plan = guest.render_plan(specs, policies.feature_writes("slush"))
+    plan = render_plan(specs, policies.feature_writes("slush"))
     first_case = plan.index("BWLAB-BEGIN")
     for feat in policies.feature_writes("slush"):
-        assert plan.index(f"echo {feat} > {guest.SCHED_FEATURES}") < first_case
+        assert plan.index(f"echo {feat} > {SCHED_FEATURES}") < first_case
     assert "BWLAB-FEATURES" in plan
-    assert "sched/features ||" not in guest.render_plan(specs)  # no policy: nothing written
+    assert "sched/features ||" not in render_plan(specs)  # no policy: nothing written
 
 
 def test_results_channel_carries_features() -> None:
-    out = guest.parse_results("BWLAB-FEATURES PLACE_LAG BW_SLUSH NO_BW_CLIP_SLICE\nBWLAB-DONE\n")
+    out = parse_records("BWLAB-FEATURES PLACE_LAG BW_SLUSH NO_BW_CLIP_SLICE\nBWLAB-DONE\n")
     assert policies.parse_features(out.features) == {"BW_SLUSH": True, "BW_CLIP_SLICE": False}
 
 

@@ -1,6 +1,8 @@
 from __future__ import annotations
 
-from bwlab import policies, reproduce, scenario
+from bwlab import scenario
+from bwlab.commands import reproduce
+from bwlab.kernel import policies
 from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
 
 

@@ -6,6 +6,7 @@ import pytest
 
 from bwlab import scenario
 from bwlab.errors import BwlabError
+from bwlab.workloads.base import cpu_value
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -84,7 +85,7 @@ def test_burst_scales_with_cpus() -> None:
             argv = spec.workload.argv
             rps, burn = float(argv[argv.index("-r") + 1]), int(argv[argv.index("-c") + 1])
             assert rps * burn / 1e6 == pytest.approx(0.625 * ncpu)  # average demand in CPUs
-            assert spec.workload.table["rps"] == rps  # the simulator reads the resolved rate
+            assert spec.workload.resolved["rps"] == rps  # the simulator reads the resolved rate
 
 
 def test_overrides_apply(tmp_path: Path) -> None:
@@ -185,13 +186,13 @@ def test_cpuset_larger_than_target(tmp_path: Path) -> None:
     ],
 )
 def test_cpu_expressions(expr: object, ncpu: int, value: float) -> None:
-    assert scenario.cpu_value(expr, ncpu, "x") == value
+    assert cpu_value(expr, ncpu, "x") == value
 
 
 @pytest.mark.parametrize("expr", ["ncpu/0", "cpus", -1, True, "2*ncpu"])
 def test_bad_cpu_expressions(expr: object) -> None:
     with pytest.raises(BwlabError):
-        scenario.cpu_value(expr, 2, "x")
+        cpu_value(expr, 2, "x")
 
 
 def test_find_unknown() -> None:

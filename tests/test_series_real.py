@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import kernel_build, kernel_source
+from bwlab.kernel import build as kernel_build
+from bwlab.kernel import source as kernel_source
 from bwlab.paths import DEFAULT_SERIES
 
 from conftest import DATA, bwlab, cmdlines_working_in

@@ -9,8 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import scenario, sim, simtools
+from bwlab import scenario
+from bwlab.analysis import validate
 from bwlab.errors import BwlabError
+from bwlab.results import Result
+from bwlab.targets import sim
+from bwlab.workloads.trace import read_trace
 
 from conftest import DATA, bwlab
 
@@ -161,10 +165,10 @@ repeat = true
                                                 " >= 0, got -1"]  # fmt: skip
     trace.write_text('{"run_us": 10, "cpu": 3}\n')
     with pytest.raises(BwlabError, match=r"t.jsonl:1: unknown field 'cpu'"):
-        sim.read_trace(trace)
+        read_trace(trace)
     trace.write_text("not json\n")
     with pytest.raises(BwlabError, match=r"t.jsonl:1: not a JSON object"):
-        sim.read_trace(trace)
+        read_trace(trace)
 
 
 def test_sim_only_kinds_and_unmodelled_workloads_are_clear_errors(tmp_path: Path) -> None:
@@ -221,9 +225,9 @@ def test_sweep_csv(tmp_path: Path) -> None:
 
 def test_diff_se() -> None:
     # lab 10 and 30 (sample variance 200, 2 reps), model always 20: se = sqrt(200 / 2) = 10
-    assert simtools.diff_se([10.0, 30.0], [20.0, 20.0, 20.0]) == pytest.approx(10.0)
-    assert simtools.diff_se([10.0, 30.0], [0.0, 40.0]) == pytest.approx(math.sqrt(100 + 400))
-    assert math.isnan(simtools.diff_se([10.0], [20.0, 30.0]))
+    assert validate.diff_se([10.0, 30.0], [20.0, 20.0, 20.0]) == pytest.approx(10.0)
+    assert validate.diff_se([10.0, 30.0], [0.0, 40.0]) == pytest.approx(math.sqrt(100 + 400))
+    assert math.isnan(validate.diff_se([10.0], [20.0, 30.0]))
 
 
 def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
@@ -237,7 +241,7 @@ def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
     path.unlink()
     (lab / "report.md").unlink()
     (lab / "table2-guest-baseline.json").write_text(json.dumps(doc))
-    rows, _ = simtools.validate(lab, tmp_path / "v", reps=20)
+    rows, _ = validate.validate(lab, tmp_path / "v", reps=20)
     # the validation runs the scenario's own duration (10 s); the 3 s lab is close, not equal
     assert {r["case"] for r in rows} == {"100ms", "50ms", "10ms"}
     assert rows[-1]["ok"] and rows[-2]["ok"]
@@ -261,45 +265,55 @@ def test_validate_against_a_lab_directory(tmp_path: Path) -> None:
 
 
 def test_tolerance() -> None:
-    assert simtools.within(50.0, 59.9) and not simtools.within(50.0, 60.1)
-    assert simtools.within(10.0, 12.9) and not simtools.within(10.0, 13.1)
-    assert simtools.within(0.0, 3.0) and not simtools.within(0.0, 3.5)
+    assert validate.within(50.0, 59.9) and not validate.within(50.0, 60.1)
+    assert validate.within(10.0, 12.9) and not validate.within(10.0, 13.1)
+    assert validate.within(0.0, 3.0) and not validate.within(0.0, 3.5)
+
+
+def R(doc: dict[str, object]) -> Result:
+    return Result.from_json(doc, "test")
+
+
+def _meta_only(label: str, target: str, hz: int) -> Result:
+    return R({"schema": "bwlab-result/2", "scenario": "table2", "status": "ok",
+              "meta": {"label": label, "target": target, "hz": hz}, "cases": []})  # fmt: skip
 
 
 def _timerlat_doc(label: str, target: str, hz: int, samples: list[int]) -> dict[str, object]:
-    return {"scenario": "timerlat", "meta": {"label": label, "target": target, "hz": hz},
-            "cases": [{"settings": {"workload": ["cglat", "-b", "2", "-s", "1000", "-d", "10"]},
-                       "reps": [{"samples_us": samples}]}]}  # fmt: skip
+    return {"schema": "bwlab-result/1", "scenario": "timerlat", "status": "ok",
+            "meta": {"label": label, "target": target, "hz": hz},
+            "cases": [{"case": "default", "settings": {"workload": ["cglat", "-b", "2", "-s", "1000", "-d", "10"]},
+                       "reps": [{"rep": 0, "samples_us": samples}]}]}  # fmt: skip
 
 
 def test_timer_latency_from_a_timerlat_result() -> None:
     doc = _timerlat_doc("guest-baseline", "guest", 250, [1040, 1065, 1200, 4000])
     # beyond the 1 ms asked for and the 50 us timer slack, in ns, never negative
-    assert sim.timer_latency(doc, "x") == (0, 15_000, 150_000, 2_950_000)
+    assert sim.timer_latency(R(doc), "x") == (0, 15_000, 150_000, 2_950_000)
     with pytest.raises(BwlabError, match=r"x: not a timerlat result"):
-        sim.timer_latency({"scenario": "table2"}, "x")
+        sim.timer_latency(_meta_only("host", "host", 250), "x")
     with pytest.raises(BwlabError, match=r"x: the timerlat result has no samples"):
-        sim.timer_latency(_timerlat_doc("host", "host", 250, []), "x")
+        sim.timer_latency(R(_timerlat_doc("host", "host", 250, [])), "x")
 
 
 def test_validate_uses_the_timerlat_of_the_same_machine() -> None:
-    lats = [_timerlat_doc("host", "host", 250, [1100]), _timerlat_doc("guest-baseline", "guest", 250, [1100]),
-            _timerlat_doc("guest-baseline-hz1000", "guest", 1000, [1100])]  # fmt: skip
+    lats = [R(_timerlat_doc("host", "host", 250, [1100])), R(_timerlat_doc("guest-baseline", "guest", 250, [1100])),
+            R(_timerlat_doc("guest-baseline-hz1000", "guest", 1000, [1100]))]  # fmt: skip
 
     def pick(label: str, target: str, hz: int) -> object:
-        found = simtools.measured_for({"meta": {"label": label, "target": target, "hz": hz}}, lats)
-        return None if found is None else found["meta"]["label"]  # type: ignore[index]
+        found = validate.measured_for(_meta_only(label, target, hz), lats)
+        return None if found is None else found.meta.label
 
     assert pick("guest-patched-all", "guest", 250) == "guest-baseline"
     assert pick("guest-patched-slush-hz1000", "guest", 1000) == "guest-baseline-hz1000"
     assert pick("host", "host", 250) == "host"
     assert pick("guest-baseline-hz300", "guest", 300) is None
     # one per boot: pooled, repetitions side by side
-    boots = [_noise_doc("guest-baseline", 0.1, [5], [float(i)]) for i in range(3)]
+    boots = [R(_noise_doc("guest-baseline", 0.1, [5], [float(i)])) for i in range(3)]
     for b in boots:
-        b["meta"]["target"] = "guest"  # type: ignore[index]
-    pooled = simtools.measured_for({"meta": {"label": "guest-patched-all", "target": "guest", "hz": 250}}, boots)
-    assert pooled is not None and pooled["meta"]["label"] == "guest-baseline x3"
+        b.meta.target = "guest"
+    pooled = validate.measured_for(_meta_only("guest-patched-all", "guest", 250), boots)
+    assert pooled is not None and pooled.meta.label == "guest-baseline x3"
     assert sim.machine_noise(pooled, "x").latency_ns == (0, 1000, 2000)
 
 
@@ -325,27 +339,27 @@ def test_wakelat_scenarios_in_the_simulator(tmp_path: Path) -> None:
 
 def _noise_doc(label: str, pct: float, bursts: list[int], late: list[float] | None = None) -> dict[str, object]:
     stdout = json.dumps({"workload": "noise", "bursts_us": bursts, "timer_late_us": late or [0.0, 20.0]})
-    rep = {"metrics": {"uncharged_pct": pct}, "raw": {"stdout": stdout}}
+    rep = {"rep": 0, "metrics": {"uncharged_pct": pct}, "raw": {"stdout": stdout}}
     return {"schema": "bwlab-result/1", "scenario": "noise", "description": "", "status": "ok",
             "meta": {"label": label, "target": "host", "hz": 250},
             "cases": [{"case": "default", "reps": [rep]}]}  # fmt: skip
 
 
 def test_machine_noise_from_a_noise_result() -> None:
-    machine = sim.machine_noise(_noise_doc("host", 1.5, [100, 0, 2000]), "x")
+    machine = sim.machine_noise(R(_noise_doc("host", 1.5, [100, 0, 2000])), "x")
     assert machine.other_pct == 1.5 and machine.bursts_ns == (100_000, 2_000_000)  # ns; a 0 us burst is no burst
-    many = sim.machine_noise(_noise_doc("host", 1.0, list(range(1, 10_001))), "x").bursts_ns
+    many = sim.machine_noise(R(_noise_doc("host", 1.0, list(range(1, 10_001)))), "x").bursts_ns
     assert len(many) == sim.OTHER_SAMPLES and many[0] == 1000 and many[-1] > 9_000_000  # thinned evenly
-    late = sim.machine_noise(_noise_doc("host", 1.0, [5], [0.0, 12.5, 3300.0]), "x").latency_ns
+    late = sim.machine_noise(R(_noise_doc("host", 1.0, [5], [0.0, 12.5, 3300.0])), "x").latency_ns
     assert late == (0, 12_500, 3_300_000)
     with pytest.raises(BwlabError, match=r"x: not a noise result"):
-        sim.machine_noise(_timerlat_doc("host", "host", 250, [1]), "x")
+        sim.machine_noise(R(_timerlat_doc("host", "host", 250, [1])), "x")
     with pytest.raises(BwlabError, match=r"x: the noise result has an uncharged share but no burst sizes"):
-        sim.machine_noise(_noise_doc("host", 1.0, []), "x")
+        sim.machine_noise(R(_noise_doc("host", 1.0, [])), "x")
     doc = _noise_doc("host", 1.0, [5])
     doc["cases"][0]["reps"][0]["raw"]["stdout"] = "garbage"  # type: ignore[index]
     with pytest.raises(BwlabError, match=r"x: noise output is not its JSON document"):
-        sim.machine_noise(doc, "x")
+        sim.machine_noise(R(doc), "x")
     with pytest.raises(BwlabError, match=r"other work must take 0\.\.50 %"):
         sim.SimTarget(other_pct=60.0, other_bursts_ns=(1000,))
 
@@ -378,13 +392,13 @@ def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
     timerlat = {"schema": "bwlab-result/1", "description": "", "status": "ok",
                 **_timerlat_doc("host", "host", 250, [1100])}  # fmt: skip
     (lab / "timerlat-host.json").write_text(json.dumps(timerlat))
-    rows, path = simtools.validate(lab, tmp_path / "v", reps=3)
+    rows, path = validate.validate(lab, tmp_path / "v", reps=3)
     # the noise probe's interrupt lateness is preferred to the timerlat sleeper's
     assert rows and all(r["other_work"] == "noise-host (2.00 %)" and r["timer_latency"] == "noise-host" for r in rows)
     assert "noise-host (2.00 %)" in path.read_text()
-    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_noise=False)
+    rows, _ = validate.validate(lab, tmp_path / "v", reps=3, use_noise=False)
     assert all(r["other_work"] == "none" and r["timer_latency"] == "timerlat-host" for r in rows)
-    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3, use_latency=False)
+    rows, _ = validate.validate(lab, tmp_path / "v", reps=3, use_latency=False)
     assert all(r["other_work"] == "noise-host (2.00 %)" and r["timer_latency"] == "none" for r in rows)
     # the probe the lab run made in its own boot comes first
     before = _noise_doc("x", 0.5, [300], [7.0])["cases"][0]["reps"][0]  # type: ignore[index]
@@ -392,10 +406,10 @@ def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
     probes = [{"metrics": p["metrics"], "stdout": p["raw"]["stdout"]} for p in (before, after)]
     doc["meta"]["noise"] = [*probes, {"error": "noise: timed out", "stdout": ""}]  # type: ignore[index]
     (lab / "table2-host.json").write_text(json.dumps(doc))
-    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3)
+    rows, _ = validate.validate(lab, tmp_path / "v", reps=3)
     # both probes pooled (the failed one left out): 1.0 % of other work
     assert all(r["other_work"] == "noise-in-run (1.00 %)" and r["timer_latency"] == "noise-in-run" for r in rows)
     doc["meta"]["noise"] = probes[0]  # results of 2026-11-21 kept one probe, not a list
     (lab / "table2-host.json").write_text(json.dumps(doc))
-    rows, _ = simtools.validate(lab, tmp_path / "v", reps=3)
+    rows, _ = validate.validate(lab, tmp_path / "v", reps=3)
     assert all(r["other_work"] == "noise-in-run (0.50 %)" for r in rows)

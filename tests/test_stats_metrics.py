@@ -4,9 +4,14 @@ import json
 
 import pytest
 
-from bwlab import metrics, stats
+from bwlab import stats
 from bwlab.errors import BwlabError
 from bwlab.scenario import RunSpec, Workload
+from bwlab.targets import base
+from bwlab.workloads import cglat, funcs, noise, sysbench_cpu, sysbench_threads
+from bwlab.workloads.base import Resolved
+
+NO_PARAMS = Resolved("", {})
 
 
 def test_summarize() -> None:
@@ -24,12 +29,6 @@ def test_percentile_nearest_rank() -> None:
     assert stats.percentile([7], 0) == 7
     with pytest.raises(ValueError):
         stats.percentile([], 50)
-
-
-def test_histogram() -> None:
-    assert stats.histogram([0, 1, 1.5, 2, 9, -1], [0, 1, 2, 3]) == [1, 2, 2]
-    with pytest.raises(ValueError):
-        stats.histogram([1], [1, 1])
 
 
 def spec(kind: str = "sysbench-cpu", quota: int | None = 20000) -> RunSpec:
@@ -59,7 +58,7 @@ General statistics:
 
 
 def test_rep_metrics_v2() -> None:
-    raw = metrics.RawRep(
+    raw = base.RawRep(
         stat_before="usage_usec 1000\nnr_periods 10\nnr_throttled 1\nthrottled_usec 5\n",
         stat_after="usage_usec 9001000\nnr_periods 510\nnr_throttled 251\nthrottled_usec 1005\n",
         wall_s=5.0,
@@ -67,7 +66,7 @@ def test_rep_metrics_v2() -> None:
         stdout=SYSBENCH,
         sides=['{"writer":"cgwrite","writes":50,"errors":0}\n'],
     )
-    m, samples = metrics.rep_metrics(spec(), raw)
+    m, samples = base.rep_metrics(spec(), raw)
     assert m["throttled_pct"] == pytest.approx(50.0)
     assert m["cpus_used"] == pytest.approx(1.8)
     assert m["usage_per_quota"] == pytest.approx(0.9)
@@ -76,28 +75,28 @@ def test_rep_metrics_v2() -> None:
 
 
 def test_rep_metrics_no_periods_is_none() -> None:
-    raw = metrics.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 0, SYSBENCH)
-    m, _ = metrics.rep_metrics(spec(quota=None), raw)
+    raw = base.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 0, SYSBENCH)
+    m, _ = base.rep_metrics(spec(quota=None), raw)
     assert m["throttled_pct"] is None and "usage_per_quota" not in m
 
 
 def test_rep_metrics_failed_workload() -> None:
-    raw = metrics.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 3, "", "FATAL: boom")
+    raw = base.RawRep("nr_periods 0\nnr_throttled 0\n", "nr_periods 0\nnr_throttled 0\n", 1.0, 3, "", "FATAL: boom")
     with pytest.raises(BwlabError, match=r"exited 3 .*boom"):
-        metrics.rep_metrics(spec(), raw)
+        base.rep_metrics(spec(), raw)
 
 
 def test_cglat_metrics() -> None:
     doc = {"workload": "cglat", "samples_us": [10100] * 98 + [95000, 110000]}
-    m, samples = metrics.parse_cglat("noise\n" + json.dumps(doc) + "\n")
+    m, samples = cglat.KIND.parse("noise\n" + json.dumps(doc) + "\n", NO_PARAMS)
     assert m["p50_us"] == 10100 and m["p99_us"] == 95000 and m["max_us"] == 110000 and len(samples) == 100
     with pytest.raises(BwlabError):
-        metrics.parse_cglat("not json")
+        cglat.KIND.parse("not json", NO_PARAMS)
 
 
 def test_sysbench_garbage() -> None:
     with pytest.raises(BwlabError, match="events per second"):
-        metrics.parse_sysbench("FATAL")
+        sysbench_cpu.parse_events("FATAL")
 
 
 LOCK_STAT = """\
@@ -109,7 +108,7 @@ LOCK_STAT = """\
 
 
 def test_parse_lock_stat_counts_class_lines_only() -> None:
-    from bwlab.metrics import parse_lock_stat
+    from bwlab.targets.base import parse_lock_stat
 
     assert parse_lock_stat(LOCK_STAT, ("&cfs_b->lock",)) == {"&cfs_b->lock": (34, 7890)}
     both = parse_lock_stat(LOCK_STAT + LOCK_STAT, ("&cfs_b->lock", "&rq->__lock"))
@@ -118,7 +117,8 @@ def test_parse_lock_stat_counts_class_lines_only() -> None:
 
 
 def test_parse_sysbench_threads() -> None:
-    from bwlab.metrics import parse_sysbench_threads
+    def parse_sysbench_threads(out: str) -> dict[str, float]:
+        return sysbench_threads.KIND.parse(out, Resolved("sysbench-threads", {}))[0]
 
     out = "General statistics:\n    total time:                          2.0000s\n    total number of events:  500\n"
     assert parse_sysbench_threads(out) == {"events": 500.0, "events_per_s": 250.0}
@@ -132,7 +132,7 @@ def test_funcs_metrics() -> None:
            "schedstat": {"sched_count": 5000, "rq_cpu_time_s": 9.0, "run_delay_s": 2.0},
            "latency_us": {"n": 110, "p50": 5000.0, "p99": 80000.0, "p99_9": 90000.0, "max": 95000.0},
            "samples_us": [5000] * 110}  # fmt: skip
-    m, samples = metrics.parse_funcs(json.dumps(doc) + "\n")
+    m, samples = funcs.KIND.parse(json.dumps(doc) + "\n", NO_PARAMS)
     assert m["throughput_rps"] == 10 and m["requests_unfinished"] == 10 and len(samples) == 110
     assert m["ctx_switches_per_s"] == 50 and m["ctx_switches_per_req"] == 5
     assert m["sys_us_per_req"] == 500 and m["sched_switches_per_s"] == 500 and m["run_delay_ms_per_req"] == 20
@@ -142,13 +142,13 @@ def test_funcs_metrics() -> None:
                            {"requests": 30, "p50_us": 7000, "p99_us": 70000, "load_credit": 300},
                            {"requests": 20, "p50_us": 3000, "p99_us": 10000, "load_credit": 100},
                            {"requests": 0, "p50_us": 0, "p99_us": 0, "load_credit": 0}]  # fmt: skip
-    m = metrics.parse_funcs(json.dumps(doc))[0]
+    m = funcs.KIND.parse(json.dumps(doc), NO_PARAMS)[0]
     assert m["heavy_funcs_p99_us"] == 90000 and m["light_funcs_p99_us"] == 40000 and m["load_credit_max"] == 700
     assert m["funcs_p99_mean_us"] == 170000 / 3 and m["top_func_p99_us"] == 90000
     del doc["schedstat"]
-    assert "sched_switches_per_s" not in metrics.parse_funcs(json.dumps(doc))[0]
+    assert "sched_switches_per_s" not in funcs.KIND.parse(json.dumps(doc), NO_PARAMS)[0]
     with pytest.raises(BwlabError, match="funcs output"):
-        metrics.parse_funcs('{"workload": "funcs"}')
+        funcs.KIND.parse('{"workload": "funcs"}', NO_PARAMS)
 
 
 def _noise_stdout(**over: object) -> str:
@@ -160,28 +160,27 @@ def _noise_stdout(**over: object) -> str:
 
 
 def test_parse_noise() -> None:
-    out = metrics.parse_noise(_noise_stdout())
+    out = noise.parse_noise(_noise_stdout())
     assert out["uncharged_pct"] == 1.25 and out["bursts"] == 3 and out["burst_mean_us"] == 400.5
     assert out["burst_p99_us"] == 8000.0 and out["burst_p999_us"] == 8000.0
     assert out["timer_late_p50_us"] == 12.5 and out["timer_late_max_us"] == 3300.0
-    assert metrics.noise_samples(_noise_stdout()) == ([30.0, 1400.0, 8000.0], [0.0, 12.5, 3300.0])
+    assert noise.samples(_noise_stdout()) == ([30.0, 1400.0, 8000.0], [0.0, 12.5, 3300.0])
     for bad in ("", "not json", json.dumps({"workload": "cglat"}), _noise_stdout(bursts_us=None),
                 _noise_stdout(timer_late_us=["x"]), _noise_stdout(timer_late=None)):  # fmt: skip
         with pytest.raises(BwlabError, match="noise output is not its JSON document"):
-            metrics.parse_noise(bad)
+            noise.parse_noise(bad)
 
 
 def test_machine_noise_for_the_meta() -> None:
-    from bwlab import runner
 
-    good, bad = runner.machine_noise([_noise_stdout(), "noise: cannot create timer\n"])
+    good, bad = base.machine_noise([_noise_stdout(), "noise: cannot create timer\n"])
     assert good["metrics"]["uncharged_pct"] == 1.25 and "timer_late_us" in good["stdout"]
     assert "noise output is not its JSON document" in bad["error"] and "metrics" not in bad
-    assert runner.machine_noise([]) == []
+    assert base.machine_noise([]) == []
 
 
 def test_raw_stdout_keeps_the_document_but_not_the_samples() -> None:
-    from bwlab.metrics import stdout_without_samples
+    from bwlab.targets.base import stdout_without_samples
 
     doc = {"workload": "funcs", "per_function": [{"requests": 3, "p99_us": 900}], "samples_us": [1, 2, 3]}
     kept = stdout_without_samples("starting\n" + json.dumps(doc) + "\n")

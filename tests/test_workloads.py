@@ -11,17 +11,17 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import tools
 from bwlab.stats import percentile
+from bwlab.workloads import programs
 
 
 @pytest.fixture(scope="module")
 def bindir() -> Path:
-    return tools.build_workloads()
+    return programs.build_workloads()
 
 
 def test_workloads_are_static(bindir: Path) -> None:
-    for prog in tools.OUR_PROGRAMS:
+    for prog in programs.ours():
         out = subprocess.run(["file", "-L", str(bindir / prog)], capture_output=True, text=True).stdout
         assert "statically linked" in out or "static-pie" in out, out
 

@@ -1,4 +1,5 @@
 """The simulator target: a scenario's cases run through the Rust model (sim/, `bwlab._sim`).
+How a workload kind becomes simulated threads is the kind's `sim_model()`.
 
 A RunSpec becomes one JSON configuration per repetition (seeded by the repetition, so the
 period timer's and the ticks' phases differ between repetitions as they differ between
@@ -9,39 +10,40 @@ the same metrics, in the same result document, as host and guest runs.
 from __future__ import annotations
 
 import json
-import math
 import os
 import random
 import statistics
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bwlab import policies, results
+from bwlab import cpustat, results
 from bwlab.errors import BwlabError
-from bwlab.metrics import latency_metrics, noise_samples, stat_metrics
+from bwlab.kernel import policies
+from bwlab.results import Result
 from bwlab.scenario import RunSpec, Scenario
+from bwlab.targets import base
+from bwlab.workloads import noise
+from bwlab.workloads.base import WorkloadKind, latency_metrics
 
 TICK_MODES = ("aligned", "skew", "random")
 SLICE_SYSCTL = "kernel.sched_cfs_bandwidth_slice_us"
-SLEEPER_RUN_NS = 2_000  # cglat's sleeper: a clock read and a loop test per wakeup
 
 
 TIMER_SLACK_US = 50  # a normal task's nanosleep may end this late by design (timer_slack_ns)
 
 
-def timer_latency(doc: dict[str, Any], where: str) -> tuple[int, ...]:
+def timer_latency(doc: Result, where: str) -> tuple[int, ...]:
     """Timer latencies (ns) from a `timerlat` result: how much later than asked, beyond the
     sleeper's timer slack, its 1 ms sleeps ended while every CPU was busy."""
-    if doc.get("scenario") != "timerlat":
-        raise BwlabError(f"{where}: not a timerlat result (scenario {doc.get('scenario')!r})")
+    if doc.scenario != "timerlat":
+        raise BwlabError(f"{where}: not a timerlat result (scenario {doc.scenario!r})")
     out: list[int] = []
-    for case in doc["cases"]:
-        argv = case["settings"]["workload"]
+    for case in doc.cases:
+        argv = case.settings.get("workload", [])
         sleep_us = int(argv[argv.index("-s") + 1]) if "-s" in argv else 10000
-        for rep in case["reps"]:
-            out += [max(0, s - sleep_us - TIMER_SLACK_US) * 1000 for s in rep.get("samples_us", [])]
+        for rep in case.reps:
+            out += [max(0, s - sleep_us - TIMER_SLACK_US) * 1000 for s in rep.samples_us]
     if not out:
         raise BwlabError(f"{where}: the timerlat result has no samples")
     return tuple(out)
@@ -65,20 +67,20 @@ class MachineNoise:
                 "latency_source": source}  # fmt: skip
 
 
-def machine_noise(doc: dict[str, Any], where: str) -> MachineNoise:
+def machine_noise(doc: Result, where: str) -> MachineNoise:
     """A `noise` result (every measured repetition; each one's raw output holds the samples)."""
-    if doc.get("scenario") != "noise":
-        raise BwlabError(f"{where}: not a noise result (scenario {doc.get('scenario')!r})")
+    if doc.scenario != "noise":
+        raise BwlabError(f"{where}: not a noise result (scenario {doc.scenario!r})")
     pcts: list[float] = []
     bursts: list[int] = []
     late: list[int] = []
-    for case in doc["cases"]:
-        for rep in case["reps"]:
-            pct = rep.get("metrics", {}).get("uncharged_pct")
+    for case in doc.cases:
+        for rep in case.reps:
+            pct = rep.metrics.get("uncharged_pct")
             if pct is None:
                 continue
             try:
-                bs, ls = noise_samples(rep.get("raw", {}).get("stdout", ""))
+                bs, ls = noise.samples((rep.raw or {}).get("stdout", ""))
             except BwlabError as exc:
                 raise BwlabError(f"{where}: {exc}") from None
             pcts.append(max(0.0, float(pct)))
@@ -140,95 +142,19 @@ class SimTarget:
     def label(self) -> str:
         return f"sim-{self.policy}" + (f"-hz{self.hz}" if self.hz != 250 else "")
 
-
-DIST_SHAPES: dict[str, Callable[[float], dict[str, Any]]] = {
-    "fixed": lambda m: {"fixed": m},
-    "exp": lambda m: {"exp": m},
-    "uniform": lambda m: {"uniform": [0.5 * m, 1.5 * m]},
-    "lognormal": lambda m: {"lognormal": [m / math.exp(0.5), 1.0]},
-}
-"""Durations of mean m ns: uniform over m +/- 50 %; log-normal with sigma 1 (heavy tail)."""
-
-
-def _dist(table: dict[str, Any], key: str) -> dict[str, Any]:
-    mean_ns = float(table[key]) * 1000.0
-    shape = DIST_SHAPES[str(table.get("dist", "exp"))]
-    return shape(mean_ns)
-
-
-def read_trace(path: Path) -> list[list[tuple[int, int]]]:
-    """A JSON-lines trace: one {"run_us": R, "sleep_us": S, "thread": N} per line, per thread
-    in order. Errors name the file, line and field."""
-    try:
-        lines = path.read_text().splitlines()
-    except OSError as exc:
-        raise BwlabError(f"{path}: cannot read trace: {exc.strerror}") from exc
-    threads: dict[int, list[tuple[int, int]]] = {}
-    for lineno, line in enumerate(lines, 1):
-        if not line.strip():
-            continue
-        try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as exc:
-            raise BwlabError(f"{path}:{lineno}: not a JSON object: {exc.msg}") from None
-        if not isinstance(rec, dict):
-            raise BwlabError(f"{path}:{lineno}: expected a JSON object, got {type(rec).__name__}")
-        unknown = set(rec) - {"run_us", "sleep_us", "thread"}
-        if unknown:
-            raise BwlabError(f"{path}:{lineno}: unknown field '{sorted(unknown)[0]}' (known: run_us, sleep_us, thread)")
-        vals = {}
-        for key in ("run_us", "sleep_us"):
-            val = rec.get(key, 0)
-            if isinstance(val, bool) or not isinstance(val, int | float) or not 0 <= val <= 3.6e9:
-                raise BwlabError(f"{path}:{lineno}: {key} must be a number of microseconds >= 0, got {val!r}")
-            vals[key] = round(val * 1000)
-        if vals["run_us"] == 0 and vals["sleep_us"] == 0:
-            raise BwlabError(f"{path}:{lineno}: run_us and sleep_us are both 0")
-        thread = rec.get("thread", 0)
-        if isinstance(thread, bool) or not isinstance(thread, int) or not 0 <= thread < 4096:
-            raise BwlabError(f"{path}:{lineno}: thread must be an integer in 0..4095, got {thread!r}")
-        threads.setdefault(thread, []).append((vals["run_us"], vals["sleep_us"]))
-    if not threads:
-        raise BwlabError(f"{path}: trace has no intervals")
-    return [threads[k] for k in sorted(threads)]
+    def run(self, sc: Scenario, out_dir: Path) -> Path:
+        return run_scenario(sc, self, out_dir)
 
 
 def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict[str, Any] | None]:
-    wl = spec.workload.table
-    kind = spec.workload.kind
-
-    def placed(behaviors: list[dict[str, Any]]) -> list[dict[str, Any]]:
-        leaf = spec.depth - 1  # nested groups: the workload runs in the deepest
-        return [{"group": leaf, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(behaviors)]
-
-    if kind in ("sysbench-cpu", "sysbench-threads"):
-        # sysbench threads' lock/yield loop never sleeps: as CPU-bound as sysbench cpu
-        default = len(cpus) if kind == "sysbench-cpu" else 4 * len(cpus)
-        return placed([{"type": "cpu"}] * int(wl.get("threads", default))), None
-    if kind == "cglat":
-        sleeper = {"type": "sleeper", "sleep_ns": int(wl.get("sleep_us", 10000)) * 1000, "run_ns": SLEEPER_RUN_NS}
-        return placed([sleeper] + [{"type": "cpu"}] * int(wl.get("burners", 32))), None
-    if kind == "onoff":
-        onoff = {"type": "onoff", "on": _dist(wl, "on_us"), "off": _dist(wl, "off_us")}
-        return placed([onoff] * int(wl.get("threads", len(cpus)))), None
-    if kind == "requests":
-        req = {"rate_per_s": float(wl.get("rps", 1000)), "service": _dist(wl, "service_us")}
-        return placed([{"type": "worker"}] * int(wl.get("workers", len(cpus)))), req
-    if kind == "wakelat":
-        rps, batch, poisson = wl.get("rps", 0), wl.get("batch", 1), wl.get("poisson", False)
-        for key, val, unsupported, why in (("rps", rps, rps == 0, "back-to-back requests"),
-                                           ("batch", batch, batch != 1, "batched posts"),
-                                           ("poisson", poisson, not poisson, "evenly spaced arrivals")):  # fmt: skip
-            if unsupported:
-                raise BwlabError(f"wakelat with {why} ({key} = {val!r}) is not modelled by the simulator "
-                                 f"(it has Poisson arrivals at a rate, one request at a time)")  # fmt: skip
-        req = {"rate_per_s": float(wl["rps"]), "service": {"fixed": float(wl.get("burn_us", 1000)) * 1000}}
-        return placed([{"type": "worker"}] * int(wl.get("workers", 2 * len(cpus)))), req
-    if kind == "trace":
-        traces = read_trace(Path(str(wl["file"])))
-        repeat = bool(wl.get("repeat", True))
-        return placed([{"type": "trace", "intervals": tr, "repeat": repeat} for tr in traces]), None
-    raise BwlabError(f"workload kind '{kind}' is not modelled by the simulator (scenario {spec.scenario})")
+    """The workload kind's model, its threads spread over the case's CPUs in the deepest group."""
+    plugin = spec.workload.plugin
+    if type(plugin).sim_model is WorkloadKind.sim_model:
+        raise BwlabError(f"workload kind '{plugin.name}' is not modelled by the simulator (scenario {spec.scenario})")
+    model = plugin.sim_model(spec.workload.resolved, cpus)
+    leaf = spec.depth - 1  # nested groups: the workload runs in the deepest
+    threads = [{"group": leaf, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(model.behaviors)]
+    return threads, model.requests
 
 
 def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
@@ -303,7 +229,7 @@ def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | N
     delta = {"nr_periods": g["nr_periods"], "nr_throttled": g["nr_throttled"],
              "throttled_us": g["throttled_ns"] // 1000, "nr_bursts": g["nr_bursts"],
              "burst_us": g["burst_ns"] // 1000, "usage_us": g["usage_ns"] // 1000}  # fmt: skip
-    metrics = stat_metrics(spec, delta, out["duration_ns"] / 1e9)
+    metrics = cpustat.stat_metrics(delta, out["duration_ns"] / 1e9, spec.period_us, spec.quota_us)
     samples: list[int] = []
     smp = out["samples"]
     if smp["sleep_ns"]:
@@ -314,7 +240,7 @@ def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | N
         metrics.update({f"wakeup_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["wakeup_ns"]]).items()})
     if smp["request_ns"]:
         metrics.update({f"request_{k}": v for k, v in latency_metrics([s // 1000 for s in smp["request_ns"]]).items()})
-    if spec.workload.kind in ("requests", "wakelat"):
+    if any(m.key == "rps_achieved" for m in spec.workload.plugin.metrics):  # a kind serving requests
         metrics["requests_done"] = float(out["requests_done"])
         metrics["rps_achieved"] = out["requests_done"] / (out["duration_ns"] / 1e9)
     metrics["sim_ticks"] = float(out["ticks"])
@@ -367,9 +293,7 @@ def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | Non
                                                              else "none"),
                  "policy": target.policy, "sched_features": {f: f in policies.POLICIES[target.policy]
                                                               for f in policies.FEATURES},
-                 "other_work": target.other_source or "none",
+                 "other_work": target.other_source or "none", "kernel_release": f"model, {target.policy}",
                  "source_version": "7.3 (model)", "hz": target.hz, "vcpus": target.ncpu, "tick": target.tick,
                  "seed": target.seed, "slice_us": slice_us, "cgroup": "simulated"})  # fmt: skip
-    doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
-           "status": "ok", "meta": meta, "cases": cases}  # fmt: skip
-    return results.write(out_dir / f"{sc.name}-{target.label}.json", doc)
+    return base.write_result(out_dir, sc, meta, "ok", cases)

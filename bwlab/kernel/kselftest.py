@@ -1,8 +1,9 @@
 """The kernel's cgroup CPU selftest (tools/testing/selftests/cgroup/test_cpu), run in a guest.
 
 test_cpu is built statically from a kernel tree with the series applied (so the series' own
-tests are in it) and run in a guest of any kernel: the new tests must fail on the baseline
-kernel and pass on the patched one; the upstream ones must pass on both.
+tests are in it) and run by a target (QemuTarget.run_kselftest) on any kernel: the new tests
+must fail on the baseline kernel and pass on the patched one; the upstream ones must pass on
+both.
 """
 
 from __future__ import annotations
@@ -15,10 +16,10 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
-from bwlab import guest, kernel_build, results
 from bwlab.errors import BwlabError
-from bwlab.kernel_build import KernelImage, Series
-from bwlab.kernel_source import KernelSource
+from bwlab.kernel import build as kernel_build
+from bwlab.kernel.build import Series
+from bwlab.kernel.source import KernelSource
 from bwlab.paths import DEFAULT_SERIES, cache_root
 
 SELFTEST_DIR = "tools/testing/selftests/cgroup"
@@ -97,26 +98,3 @@ def parse_tap(text: str) -> list[TestResult]:
             status = "skip" if skipped else ("pass" if ok == "ok" else "fail")
             tests.append(TestResult(int(number), name, status))
     return tests
-
-
-def run(image: KernelImage, test_cpu: Path, vcpus: int, out_dir: Path, label: str,
-        timeout_s: float = 900.0) -> tuple[Path, list[TestResult]]:  # fmt: skip
-    """Boot `image`, run test_cpu, write kselftest-<label>.json, return it and the results."""
-    run_ = guest.run(image, [], vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                     plan=plan([]), extra={"test_cpu": test_cpu})  # fmt: skip
-    record = run_.output.records.get((0, 0))
-    tests = parse_tap(record.stdout) if record else []
-    meta = results.base_meta("guest", label)
-    meta.update({"kernel_key": image.key, "hz": image.hz, "vcpus": vcpus, "patches": list(image.patches),
-                 "console_log": str(run_.console), "splats": run_.splats[:20],
-                 "elapsed_s": round(run_.elapsed_s, 1), "qemu_timer_thread": run_.timer_thread})  # fmt: skip
-    doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run_.status, "meta": meta,
-           "tests": [t.__dict__ for t in tests], "output": record.stdout if record else "", "cases": []}  # fmt: skip
-    path = results.write(out_dir / f"kselftest-{label}.json", doc)
-    if run_.status == "timeout":
-        raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run_.console}")
-    if run_.splats:
-        raise BwlabError(f"kernel splat during test_cpu: {run_.splats[0]}; console: {run_.console}")
-    if record is None or not tests:
-        raise BwlabError(f"test_cpu produced no TAP results; console: {run_.console}")
-    return path, tests

@@ -6,15 +6,23 @@ empty patch series only the lab's own runs (host and baseline guest) remain.
 
 from __future__ import annotations
 
+import argparse
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from bwlab import kernel_build, kselftest, report, runner, scenario, sim, simtools
+from bwlab import scenario
+from bwlab.analysis import report, validate
+from bwlab.commands import common
 from bwlab.errors import BwlabError
-from bwlab.kernel_source import KernelSource
+from bwlab.kernel import build as kernel_build
+from bwlab.kernel import kselftest
+from bwlab.kernel.source import KernelSource
 from bwlab.paths import DEBUG_CONFIG, DEFAULT_SERIES, LOCKSTAT_CONFIG
 from bwlab.progress import console, step
+from bwlab.targets import sim
+from bwlab.targets.host import HostTarget
+from bwlab.targets.qemu import QemuTarget, guest_label
 
 # Bandwidth policies table2 is measured under on the patched kernel (see policies.py).
 TABLE2_POLICIES = ("unthrottle-slice", "slush", "clip-slice", "early-refill", "all")
@@ -45,7 +53,7 @@ class Job:
     def describe(self) -> str:
         if self.kernel is None:
             return f"{self.what} on host"
-        label = runner.guest_label(self.kernel.variant_name, self.policy, self.kernel.hz)
+        label = guest_label(self.kernel.variant_name, self.policy, self.kernel.hz)
         return f"{self.what} in {label}"
 
 
@@ -149,7 +157,7 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
             with step(job.describe()):
                 settings = {**dict(job.overrides), **overrides}  # the command line's --reps/--duration win
                 if job.kernel is None:
-                    runner.run_host(scenario.load(scenario.find(job.what), settings), out)
+                    HostTarget().run(scenario.load(scenario.find(job.what), settings), out)
                     continue
                 if source is None:
                     raise BwlabError("guest runs need the kernel source")
@@ -157,16 +165,22 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
                 if job.what == "kselftest":
                     if test_cpu is None:
                         test_cpu = kselftest.series_test_cpu(source)
-                    label = runner.guest_label(image.variant_name, None, image.hz)
-                    kselftest.run(image, test_cpu, vcpus, out, label)
+                    QemuTarget(image, vcpus).run_kselftest(test_cpu, out)
                 else:
                     sc = scenario.load(scenario.find(job.what), settings)
-                    runner.run_guest(sc, image, vcpus, out, image.variant_name, policy=job.policy)
+                    QemuTarget(image, vcpus, job.policy).run(sc, out)
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")
             console.print(f"[red]{job.describe()} failed after {time.monotonic() - start:.0f} s:[/red] {exc}")
-    simulate_and_validate(out)
-    report.write_report(out)
+    try:
+        simulate_and_validate(out)
+    except BwlabError as exc:
+        failures.append(f"simulator: {exc}")
+        console.print(f"[red]simulator failed:[/red] {exc}")
+    try:
+        report.write_report(out)
+    except BwlabError as exc:
+        failures.append(f"report: {exc}")
     return failures
 
 
@@ -177,12 +191,34 @@ def simulate_and_validate(out: Path) -> None:
     """The validated scenarios in the simulator (each policy), then every lab point of them
     against the model: validate.md. A mismatch is reported, not a failure of the run."""
     with step("simulator: table2, slice, rewrite-storm x mainline/slush/all; validate against the lab"):
-        for name in simtools.VALIDATED:
+        for name in validate.VALIDATED:
             for policy in SIM_POLICIES:
-                sim.run_scenario(scenario.load(scenario.find(name)), sim.SimTarget(policy=policy), out)
+                sim.SimTarget(policy=policy).run(scenario.load(scenario.find(name)), out)
         try:
-            rows, path = simtools.validate(out, out)
+            rows, path = validate.validate(out, out)
         except BwlabError as exc:
             console.print(f"validate: {exc}")
             return
         console.print(f"validate: {sum(r['ok'] for r in rows)} of {len(rows)} lab points within tolerance ({path})")
+
+
+def cmd_reproduce(args: argparse.Namespace) -> int:
+    start = time.monotonic()
+    out = Path(args.out) if args.out else common.default_out("reproduce")
+    source = None if args.no_guest else common.kernel_source_of(args, fetch=True)
+    patched = bool(kernel_build.read_series(DEFAULT_SERIES).patches)
+    jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
+    overrides: dict[str, object] = {}
+    if args.reps is not None:
+        overrides["repetitions"] = args.reps
+    if args.duration is not None:
+        overrides["duration_s"] = args.duration
+    console.print(f"reproduce: {len(jobs)} runs into {out}")
+    failures = run(jobs, source, out, args.vcpus, overrides)
+    common.print_summary(out)
+    console.print(f"report: {out / 'report.md'} (reproduce took {time.monotonic() - start:.0f} s)")
+    if failures:
+        for failure in failures:
+            console.print(f"[red]failed[/red]: {failure}")
+        raise BwlabError(f"{len(failures)} of {len(jobs)} run(s) failed, first: {failures[0]}")
+    return 0

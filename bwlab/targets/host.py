@@ -1,4 +1,5 @@
-"""Run a scenario's cases on the running kernel, each repetition in a fresh cgroup."""
+"""The host target: a scenario's cases on the running kernel (cgroup v1 or v2), each
+repetition in a fresh cgroup, its processes and groups removed on error and on SIGINT."""
 
 from __future__ import annotations
 
@@ -14,10 +15,13 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bwlab import cgroup, tools
+from bwlab import cgroup, results
 from bwlab.errors import BwlabError
-from bwlab.metrics import RawRep
-from bwlab.scenario import RunSpec
+from bwlab.progress import console, run_progress
+from bwlab.scenario import RunSpec, Scenario, noise_seconds
+from bwlab.targets import base
+from bwlab.targets.base import RawRep
+from bwlab.workloads import noise, programs
 
 # How far past its nominal duration a workload may run before it counts as hung.
 GRACE_FACTOR = 3.0
@@ -44,8 +48,9 @@ def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> Non
 
 def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
     """One repetition: fresh group, side actions, workload inside, cpu.stat before/after."""
-    program = str(tools.resolve(spec.workload.argv[0]))
-    writer = tools.resolve("cgwrite") if spec.sides else None
+    argv0 = spec.workload.argv[0]
+    program = str(spec.workload.files.get(argv0) or programs.resolve(argv0))
+    writer = programs.resolve("cgwrite") if spec.sides else None
     name = cgroup.unique_name(f"{spec.scenario}-{spec.case}-r{rep}")
     sides: list[subprocess.Popen[bytes]] = []
     with (
@@ -108,10 +113,61 @@ def kernel_hz() -> int | None:
 
 def run_noise(seconds: int, ncpu: int) -> str:
     """The noise probe on every CPU, outside any group, for `seconds`: its output."""
-    program = str(tools.resolve("noise"))
+    program = str(programs.resolve("noise"))
     try:
-        proc = subprocess.run([program, "-t", str(ncpu), "-d", str(seconds)], capture_output=True, text=True,
-                              timeout=seconds + 60)  # fmt: skip
+        proc = subprocess.run([program, *noise.probe_argv(seconds, str(ncpu))[1:]], capture_output=True,
+                              text=True, timeout=seconds + 60)  # fmt: skip
     except subprocess.TimeoutExpired:
         return "noise: timed out\n"
     return proc.stdout + proc.stderr
+
+
+class HostTarget:
+    """The running kernel, as root."""
+
+    label = "host"
+
+    def run(self, sc: Scenario, out_dir: Path) -> Path:
+        if os.geteuid() != 0:
+            raise BwlabError("the host target needs root (it creates cgroups)")
+        hier = cgroup.detect()
+        ncpu = len(os.sched_getaffinity(0))
+        specs = sc.resolve(ncpu)
+        for spec in specs:
+            spec.workload.require_real()
+        raws: dict[tuple[int, int], RawRep | str] = {}
+        noise_s = noise_seconds(specs)
+        outputs: list[str] = []
+
+        def probe() -> None:
+            if noise_s:
+                with console.status(f"noise probe, {noise_s} s"):
+                    outputs.append(run_noise(noise_s, ncpu))
+
+        probe()
+        with run_progress() as progress:
+            task = progress.add_task(f"{sc.name} on host", total=sum(s.repetitions for s in specs))
+            for ci, spec in enumerate(specs):
+                for rep in range(spec.repetitions):
+                    progress.update(task, description=f"{sc.name} host {spec.case} rep {rep + 1}")
+                    raws[(ci, rep)] = run_rep(hier, spec, rep)
+                    progress.advance(task)
+        probe()
+        meta = results.base_meta("host", self.label)
+        slice_file = cgroup.sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
+        meta.update({
+            "kernel_release": platform.release(),
+            "source_version": platform.release().split("-")[0],
+            "series_hash": None,
+            "config_hash": None,
+            "hz": kernel_hz(),
+            "vcpus": ncpu,
+            "slice_us": int(slice_file.read_text()) if slice_file.is_file() else None,
+            "cgroup": hier.describe(),
+        })  # fmt: skip
+        if outputs:
+            meta["noise"] = base.machine_noise(outputs)
+        cases = base.case_docs(specs, raws)
+        path = base.write_result(out_dir, sc, meta, "ok", cases)
+        base.check_reps(cases, path)
+        return path

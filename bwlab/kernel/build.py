@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bwlab.errors import BwlabError
-from bwlab.kernel_source import KernelSource
+from bwlab.kernel.source import KernelSource
 from bwlab.paths import LAB_CONFIG, cache_root
 from bwlab.progress import console
 
@@ -258,7 +258,7 @@ def _break_link(path: Path) -> None:
         os.replace(tmp, path)
 
 
-def _run_logged(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
+def run_logged(cmd: list[str], log: Path, what: str, cwd: Path | None = None) -> None:
     with log.open("a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
@@ -274,11 +274,11 @@ def prepare_tree(variant: Variant, work: Path, log: Path) -> Path:
     src = work / "src"
     if src.exists():
         shutil.rmtree(src)
-    _run_logged(["cp", "-al", str(variant.source.path), str(src)], log, "copy source tree")
+    run_logged(["cp", "-al", str(variant.source.path), str(src)], log, "copy source tree")
     for patch in variant.series.patches:
         for rel in patched_files(patch):
             _break_link(src / rel)
-        _run_logged(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)], log,
+        run_logged(["patch", "-p1", "--forward", "--batch", "--fuzz=0", "-i", str(patch)], log,
                     f"apply {patch.name}", cwd=src)  # fmt: skip
     return src
 
@@ -287,10 +287,10 @@ def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
     out.mkdir(parents=True, exist_ok=True)
     fragment = out / "bwlab.config"
     fragment.write_text(variant.config_text())
-    _run_logged(["make", "-C", str(src), f"O={out}", "tinyconfig"], log, "make tinyconfig")
-    _run_logged([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(out),
+    run_logged(["make", "-C", str(src), f"O={out}", "tinyconfig"], log, "make tinyconfig")
+    run_logged([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(out),
                  str(out / ".config"), str(fragment)], log, "merge config fragments", cwd=src)  # fmt: skip
-    _run_logged(["make", "-C", str(src), f"O={out}", "olddefconfig"], log, "make olddefconfig")
+    run_logged(["make", "-C", str(src), f"O={out}", "olddefconfig"], log, "make olddefconfig")
     final = (out / ".config").read_text()
     wanted = dict(re.findall(r"^(CONFIG_\w+)=(.*)$", fragment.read_text(), re.MULTILINE))
     missing = [sym for sym in REQUIRED_SYMBOLS if f"\n{sym}=y" not in final]
@@ -333,7 +333,7 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
         configure(variant, src, out, log)
         njobs = jobs or os.cpu_count() or 1
         with console.status(f"make -j{njobs} bzImage (log: {log})"):
-            _run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
+            run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
                         "kernel build")  # fmt: skip
         release = subprocess.run(["make", "-s", "-C", str(src), f"O={out}", "kernelrelease"],
                                  capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip
@@ -357,41 +357,3 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
         )
         (dest / "meta.json").write_text(json.dumps(image.metadata(), indent=1))
         return image
-
-
-GIT_IDENTITY = {"GIT_AUTHOR_NAME": "bwlab", "GIT_AUTHOR_EMAIL": "bwlab@localhost",
-                "GIT_COMMITTER_NAME": "bwlab", "GIT_COMMITTER_EMAIL": "bwlab@localhost",
-                "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}  # fmt: skip
-
-
-def git_tree(source: KernelSource, series: Series, dest: Path) -> tuple[str, str]:
-    """A git repository of the source whose first commit is reproducible (fixed identity, date
-    and message: the series' `base-commit:`), tagged v<version>, with the series applied by
-    `git am` on branch `bwlab`. Returns (base commit, head commit)."""
-    if dest.exists():
-        raise BwlabError(f"{dest} already exists; remove it or choose another directory")
-    if shutil.which("git") is None:
-        raise BwlabError("git is not installed (apt-get install git)")
-    env = {**os.environ, **GIT_IDENTITY}
-
-    def git(*args: str) -> str:
-        # an automatic gc (git am starts one on the tens of thousands of loose objects of the
-        # first commit) runs here, not detached in the background after we return
-        proc = subprocess.run(["git", "-c", "gc.autoDetach=false", *args], cwd=dest, env=env, capture_output=True,
-                              text=True, check=False)  # fmt: skip
-        if proc.returncode != 0:
-            raise BwlabError(f"git {args[0]} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
-        return proc.stdout.strip()
-
-    log = dest.parent / f"{dest.name}.copy.log"
-    dest.parent.mkdir(parents=True, exist_ok=True)
-    _run_logged(["cp", "-a", str(source.path), str(dest)], log, "copy source tree")
-    git("init", "-q")
-    git("add", "-A", "-f", ".")
-    git("commit", "-q", "-m", f"Linux {source.version}")
-    base = git("rev-parse", "HEAD")
-    git("tag", f"v{source.version}")
-    git("checkout", "-q", "-b", "bwlab")
-    if series.patches:
-        git("am", "-q", *map(str, series.patches))
-    return base, git("rev-parse", "HEAD")

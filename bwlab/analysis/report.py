@@ -11,45 +11,38 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from bwlab import results
+from bwlab import results, workloads
+from bwlab.results import Result
 from bwlab.stats import summarize
-
-# Metrics shown in tables, in order, with their heading and scale.
-COLUMNS: list[tuple[str, str, float]] = [
-    ("throttled_pct", "throttled %", 1.0),
-    ("throttled_time_pct", "throttled time %", 1.0),
-    ("usage_per_quota", "usage/quota", 1.0),
-    ("usage_per_period_quota", "usage/(periods x quota)", 1.0),
-    ("lock_acq_per_s", "cfs_b->lock acq/s", 1.0),
-    ("lock_con_per_s", "cfs_b->lock cont/s", 1.0),
-    ("stress_violations", "invalid writes accepted", 1.0),
-    ("cpus_used", "CPUs used", 1.0),
-    ("events_per_s", "events/s", 1.0),
-    ("p50_us", "sleep p50 ms", 1e-3),
-    ("p99_us", "sleep p99 ms", 1e-3),
-    ("max_us", "sleep max ms", 1e-3),
-    ("wakeup_p99_us", "wakeup p99 ms", 1e-3),
-    ("nr_bursts", "nr_bursts", 1.0),
-    ("hackbench_s", "hackbench s", 1.0),
-    ("throughput_rps", "requests/s", 1.0),
-    ("completion_p50_us", "completion p50 ms", 1e-3),
-    ("completion_p99_us", "completion p99 ms", 1e-3),
-    ("ctx_switches_per_req", "ctx switches/request", 1.0),
-    ("sys_us_per_req", "sys µs/request", 1.0),
-    ("run_delay_ms_per_req", "runqueue wait ms/request", 1.0),
-    ("light_funcs_p99_us", "light functions p99 ms", 1e-3),
-    ("heavy_funcs_p99_us", "heavy functions p99 ms", 1e-3),
-    ("funcs_p99_mean_us", "p99 per function, mean ms", 1e-3),
-    ("top_func_p99_us", "most popular function p99 ms", 1e-3),
-    ("load_credit_max", "max load credit", 1.0),
-    ("uncharged_pct", "uncharged %", 1.0),
-    ("burst_mean_us", "uncharged burst mean µs", 1.0),
-    ("burst_p99_us", "uncharged burst p99 ms", 1e-3),
-    ("timer_late_p99_us", "timer late p99 µs", 1.0),
-]
+from bwlab.workloads.base import COMMON_METRICS, Metric
 
 
-def _num(value: float) -> str:
+def columns() -> list[Metric]:
+    """The report's columns: cpu.stat's and the probes' first, then each workload kind's, in
+    registry order; one per metric key."""
+    seen: dict[str, Metric] = {}
+    for metric in (*COMMON_METRICS, *(m for k in workloads.kinds().values() for m in k.metrics)):
+        if metric.heading and metric.key not in seen:
+            seen[metric.key] = metric
+    return list(seen.values())
+
+
+def declared() -> set[str]:
+    """Every metric key some kind (or cpu.stat) declares, shown or not."""
+    return {m.key for m in (*COMMON_METRICS, *(m for k in workloads.kinds().values() for m in k.metrics))}
+
+
+def columns_for(docs: list[Result]) -> list[Metric]:
+    """The declared columns these results have, then any metric no kind declares (a user's
+    own program's): none goes missing from a report."""
+    present = {k for d in docs for c in d.cases for r in c.reps for k, v in r.metrics.items() if v is not None}
+    cols = [m for m in columns() if m.key in present]
+    known = declared()
+    cols += [Metric(k, k) for k in sorted(present - known)]
+    return cols
+
+
+def num(value: float) -> str:
     magnitude = abs(value)
     if magnitude >= 1000:
         return f"{value:.0f}"
@@ -58,39 +51,58 @@ def _num(value: float) -> str:
     return f"{value:.2f}"
 
 
-# The columns the terminal summary shows (report.md shows all).
-CONSOLE_COLUMNS = {"throttled %", "usage/quota", "events/s", "sleep p50 ms", "sleep p99 ms", "uncharged %",
-                   "uncharged burst mean µs"}  # fmt: skip
-
-
 def _fmt(summary: dict[str, Any], scale: float, brief: bool = False) -> str:
     """'mean [min-max] ±stdev' (brief: 'mean ±stdev') of a summarize() result."""
     if not summary["n"]:
         return "-"
     mean, lo, hi = (summary[k] * scale for k in ("mean", "min", "max"))
     sd = summary["stdev"]
-    spread = f" ±{_num(sd * scale)}" if sd is not None else ""
+    spread = f" ±{num(sd * scale)}" if sd is not None else ""
     if brief:
-        return f"{_num(mean)}{spread}"
-    return f"{_num(mean)} [{_num(lo)}-{_num(hi)}]{spread}"
+        return f"{num(mean)}{spread}"
+    return f"{num(mean)} [{num(lo)}-{num(hi)}]{spread}"
 
 
-def case_summaries(doc: dict[str, Any]) -> list[tuple[str, dict[str, dict[str, Any]]]]:
+def case_summaries(doc: Result) -> list[tuple[str, dict[str, dict[str, Any]]]]:
     """Per case: metric -> summarize() over the repetitions that succeeded."""
     out = []
-    for case in doc["cases"]:
+    for case in doc.cases:
         per_metric: dict[str, list[float]] = defaultdict(list)
-        for rep in case["reps"]:
-            for key, value in rep.get("metrics", {}).items():
+        for rep in case.reps:
+            for key, value in rep.metrics.items():
                 if value is not None:
                     per_metric[key].append(value)
-        out.append((case["case"], {k: summarize(v) for k, v in per_metric.items()}))
+        out.append((case.case, {k: summarize(v) for k, v in per_metric.items()}))
     return out
 
 
-def _label(doc: dict[str, Any]) -> str:
-    meta = doc["meta"]
-    return f"{meta['label']} ({meta.get('kernel_release') or '?'})"
+def label(doc: Result) -> str:
+    """A run's name with what it ran: 'host (6.18.44)', 'sim-mainline (simulated, HZ=250)'."""
+    meta = doc.meta
+    if meta.target == "sim":
+        return f"{meta.label} (simulated, HZ={meta.hz})"
+    return f"{meta.label} ({meta.kernel_release or 'kernel unknown'})"
+
+
+def distinct_labels(docs: list[Result]) -> dict[int, str]:
+    """Short names per result (by id), unique: results of one label whose kernel, HZ, CPUs,
+    slice, accel or policy differ get what differs appended, so that no two runs unlike each
+    other share a row or column."""
+    by_label: dict[str, list[Result]] = defaultdict(list)
+    for doc in docs:
+        by_label[doc.meta.label].append(doc)
+    names: dict[int, str] = {}
+    for lab, group in by_label.items():
+        variants = {d.meta.variant() for d in group}
+        for i, doc in enumerate(group):
+            if len(variants) == 1 and len(group) == 1:
+                names[id(doc)] = lab
+                continue
+            others = [d for d in group if d is not doc]
+            diff = [f"{k}={doc.meta.get(k)}" for k in ("kernel_release", "hz", "vcpus", "slice_us", "accel", "policy")
+                    if any(d.meta.get(k) != doc.meta.get(k) for d in others)]  # fmt: skip
+            names[id(doc)] = f"{lab} [{', '.join(diff) or f'run {i + 1}'}]"
+    return names
 
 
 def _save(fig: Any, out: Path, scenario: str, suffix: str, title: str | None = None) -> Path:
@@ -104,7 +116,7 @@ def _save(fig: Any, out: Path, scenario: str, suffix: str, title: str | None = N
     return path
 
 
-def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+def _plot_throttling(scenario: str, docs: list[Result], out: Path) -> Path | None:
     series = [(d, case_summaries(d)) for d in docs]
     cases = [c for c, _ in series[0][1]]
     if not any("throttled_pct" in m for _, cs in series for _, m in cs):
@@ -120,7 +132,7 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
             lo.append(m - s["min"] if s["n"] else 0.0)
             hi.append(s["max"] - m if s["n"] else 0.0)
         xs = [x + (i - (len(series) - 1) / 2) * width for x in range(len(cases))]
-        ax.bar(xs, means, width, yerr=[lo, hi], capsize=3, label=_label(doc))
+        ax.bar(xs, means, width, yerr=[lo, hi], capsize=3, label=label(doc))
     ax.set_xticks(range(len(cases)), cases, rotation=15)
     ax.set_ylabel("throttled periods (%)  [bar: mean, whiskers: min-max]")
     ax.set_title(f"{scenario}: throttled periods by case")
@@ -128,23 +140,23 @@ def _plot_throttling(scenario: str, docs: list[dict[str, Any]], out: Path) -> Pa
     return _save(fig, out, scenario, "throttled")
 
 
-# What a scenario's latency samples are, by workload (argv[0] of the case's settings).
-SAMPLE_AXIS = {"cglat": "a 10 ms sleep took (ms)", "wakelat": "wakeup latency (ms)",
-               "funcs": "request completion latency (ms)"}  # fmt: skip
+def _kind(doc: Result) -> str:
+    return doc.cases[0].kind if doc.cases else ""
 
 
-def _workload(doc: dict[str, Any]) -> str:
-    cases = doc.get("cases") or [{}]
-    argv = cases[0].get("settings", {}).get("workload") or ["?"]
-    return str(argv[0])
+def _sample_axis(doc: Result) -> str:
+    """What a result's latency samples are, as its workload kind says."""
+    kinds = workloads.kinds()
+    axis = kinds[_kind(doc)].sample_axis if _kind(doc) in kinds else None
+    return axis or "latency (ms)"
 
 
-def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+def _plot_latency(scenario: str, docs: list[Result], out: Path) -> Path | None:
     """Latency CDFs, one panel per target/kernel, one line per case: log-scale x, and a logit
     y axis so that p99 and p99.9 are as readable as the median."""
     panels = []
     for doc in docs:
-        per_case = {c["case"]: [s for r in c["reps"] for s in r.get("samples_us", [])] for c in doc["cases"]}
+        per_case = {c.case: [s for r in c.reps for s in r.samples_us] for c in doc.cases}
         if any(per_case.values()):
             panels.append((doc, per_case))
     if not panels:
@@ -162,29 +174,29 @@ def _plot_latency(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path 
         ax.set_yscale("logit")
         ax.set_ylim(0.01, 0.9995)
         ax.grid(True, which="major", alpha=0.3)
-        ax.set_xlabel(SAMPLE_AXIS.get(_workload(doc), "latency (ms)"))
+        ax.set_xlabel(_sample_axis(doc))
         ax.set_ylabel("fraction of samples <= x")
-        ax.set_title(_label(doc), fontsize=9)
+        ax.set_title(label(doc), fontsize=9)
         ax.legend(fontsize=8, loc="lower right")
     return _save(fig, out, scenario, "latency", f"{scenario}: latency CDF")
 
 
-def _plot_density(scenario: str, docs: list[dict[str, Any]], out: Path) -> Path | None:
+def _plot_density(scenario: str, docs: list[Result], out: Path) -> Path | None:
     """funcs scenarios (colocation): completion p99 and throughput against the number of
     function groups, one line per target, latency awareness and offered load."""
     lines: dict[str, list[tuple[float, float, float]]] = defaultdict(list)
     for doc in docs:
-        if _workload(doc) != "funcs":
+        if _kind(doc) != "funcs":
             continue
-        for case, summary in zip(doc["cases"], case_summaries(doc), strict=True):
-            argv = case.get("settings", {}).get("workload", [])
+        for case, summary in zip(doc.cases, case_summaries(doc), strict=True):
+            argv = case.settings.get("workload", [])
             metrics = summary[1]
             if "-n" not in argv or "completion_p99_us" not in metrics:
                 continue
             funcs = float(argv[argv.index("-n") + 1])
             load = argv[argv.index("-l") + 1] if "-l" in argv else "?"
             aware = argv[argv.index("-L") + 1] if "-L" in argv else "-"
-            key = f"{doc['meta']['label']} LAGS={aware} load={load}"
+            key = f"{doc.meta.label} LAGS={aware} load={load}"
             lines[key].append((funcs, metrics["completion_p99_us"]["mean"] / 1000, metrics["throughput_rps"]["mean"]))
     if not lines:
         return None
@@ -209,10 +221,10 @@ PERCENTILE_ROWS = [("p50", "50.0th"), ("p75", "75.0th"), ("p90", "90.0th"), ("p9
                    ("p99", "*99.0th"), ("p995", "99.5th"), ("p999", "99.9th"), ("max", "max")]  # fmt: skip
 
 
-def _latency_table(sdocs: list[dict[str, Any]], prefix: str, what: str) -> list[str]:
+def _latency_table(sdocs: list[Result], names: dict[int, str], prefix: str, what: str) -> list[str]:
     """Percentiles of `prefix` metrics (us) as mean over repetitions, one column per target and
     case, with the group's burst and throttling counters underneath."""
-    cols = [(doc["meta"]["label"], case, metrics) for doc in sdocs for case, metrics in case_summaries(doc)
+    cols = [(names[id(doc)], case, metrics) for doc in sdocs for case, metrics in case_summaries(doc)
             if f"{prefix}_p99_us" in metrics]  # fmt: skip
     if not cols:
         return []
@@ -222,7 +234,7 @@ def _latency_table(sdocs: list[dict[str, Any]], prefix: str, what: str) -> list[
 
     def cell(metrics: dict[str, dict[str, Any]], key: str, scale: float = 1.0) -> str:
         summary = metrics.get(key)
-        return _num(summary["mean"] * scale) if summary and summary["n"] else "-"
+        return num(summary["mean"] * scale) if summary and summary["n"] else "-"
 
     for key, head in PERCENTILE_ROWS:
         lines.append(f"| {head} | " + " | ".join(cell(m, f"{prefix}_{key}_us") for *_, m in cols) + " |")
@@ -234,19 +246,22 @@ def _latency_table(sdocs: list[dict[str, Any]], prefix: str, what: str) -> list[
     return [*lines, ""]
 
 
-def summary_rows(
-    docs: list[dict[str, Any]], brief: bool = False, short: bool = False
-) -> list[tuple[str, str, str, dict[str, str]]]:
-    """(scenario, target label, case, {column heading: formatted cell}) for every case."""
+def summary_rows(docs: list[Result], brief: bool = False,
+                 short: bool = False) -> list[tuple[str, str, str, dict[str, str]]]:  # fmt: skip
+    """(scenario, target name, case, {column heading: formatted cell}) for every case."""
     rows = []
-    for doc in sorted(docs, key=lambda d: str(d["meta"]["label"])):
+    names = distinct_labels(docs)
+    cols = columns_for(docs)
+    for doc in sorted(docs, key=lambda d: names[id(d)]):
+        name = names[id(doc)]
         for case, metrics in case_summaries(doc):
-            cells = {head: _fmt(metrics[key], scale, brief) for key, head, scale in COLUMNS if key in metrics}
-            rows.append((doc["scenario"], doc["meta"]["label"] if short else _label(doc), case, cells))
+            cells = {m.heading or m.key: _fmt(metrics[m.key], m.scale, brief) for m in cols if m.key in metrics}
+            rows.append((doc.scenario, name if short else f"{name} {label(doc).removeprefix(doc.meta.label).strip()}",
+                         case, cells))  # fmt: skip
     return rows
 
 
-def _pivot(sdocs: list[dict[str, Any]], key: str, head: str) -> list[str]:
+def _pivot(sdocs: list[Result], names: dict[int, str], key: str, head: str) -> list[str]:
     """A compact table: one row per target, one column per case, `key` as mean ±stdev."""
     cases: list[str] = []
     rows = []
@@ -255,60 +270,63 @@ def _pivot(sdocs: list[dict[str, Any]], key: str, head: str) -> list[str]:
         for case in summaries:
             if case not in cases:
                 cases.append(case)
-        rows.append((doc["meta"]["label"], summaries))
+        rows.append((names[id(doc)], summaries))
     lines = [f"{head} by case:", "", "| target | " + " | ".join(cases) + " |", "|---|" + "---|" * len(cases)]
-    for label, summaries in rows:
+    for name, summaries in rows:
         cells = [_fmt(summaries[c][key], 1.0, brief=True) if key in summaries.get(c, {}) else "-" for c in cases]
-        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+        lines.append(f"| {name} | " + " | ".join(cells) + " |")
     return [*lines, ""]
 
 
-def _kselftest_section(kdocs: list[dict[str, Any]]) -> list[str]:
-    labels = [d["meta"]["label"] for d in kdocs]
-    names: list[str] = []
+def _kselftest_section(kdocs: list[Result]) -> list[str]:
+    names = distinct_labels(kdocs)
+    labels = [names[id(d)] for d in kdocs]
+    tests: list[str] = []
     status: dict[tuple[str, str], str] = {}
     for doc in kdocs:
-        for test in doc.get("tests", []):
-            if test["name"] not in names:
-                names.append(test["name"])
-            status[(doc["meta"]["label"], test["name"])] = test["status"]
+        for test in doc.tests:
+            if test["name"] not in tests:
+                tests.append(test["name"])
+            status[(names[id(doc)], test["name"])] = test["status"]
     lines = ["## kselftest", "", "tools/testing/selftests/cgroup/test_cpu (with the series' tests) in guests:", "",
              "| test | " + " | ".join(labels) + " |", "|---|" + "---|" * len(labels)]  # fmt: skip
-    for name in names:
+    for name in tests:
         lines.append(f"| {name} | " + " | ".join(status.get((lab, name), "-") for lab in labels) + " |")
     return [*lines, ""]
 
 
 def write_report(directory: Path) -> Path:
     docs = results.load_dir(directory)
-    by_scenario: dict[str, list[dict[str, Any]]] = defaultdict(list)
+    by_scenario: dict[str, list[Result]] = defaultdict(list)
     for doc in docs:
-        by_scenario[doc["scenario"]].append(doc)
-    kdocs = sorted(by_scenario.pop("kselftest", []), key=lambda d: str(d["meta"]["label"]))
+        by_scenario[doc.scenario].append(doc)
+    kdocs = sorted(by_scenario.pop("kselftest", []), key=lambda d: d.meta.label)
     lines = ["# bwlab report", "", f"Results in `{directory}`. Cells: mean [min-max] ±stdev over "
              "repetitions (each repetition in a fresh cgroup).", ""]  # fmt: skip
     for scenario, sdocs in sorted(by_scenario.items()):
-        sdocs.sort(key=lambda d: d["meta"]["label"])
-        lines += [f"## {scenario}", "", sdocs[0].get("description", ""), ""]
+        names = distinct_labels(sdocs)
+        sdocs.sort(key=lambda d: names[id(d)])
+        lines += [f"## {scenario}", "", sdocs[0].description, ""]
         for doc in sdocs:
-            meta = doc["meta"]
+            meta = doc.meta
+            accel = f", {meta.accel}" if meta.accel else ""
             lines.append(
-                f"- **{_label(doc)}**: status {doc['status']}, {meta.get('vcpus')} CPUs, "
-                f"HZ={meta.get('hz')}, slice {meta.get('slice_us')} µs, {meta.get('cgroup')}, "
+                f"- **{names[id(doc)]}** ({label(doc).removeprefix(meta.label).strip()}): status {doc.status}, "
+                f"{meta.vcpus} CPUs{accel}, HZ={meta.hz}, slice {meta.slice_us} µs, {meta.get('cgroup')}, "
                 f"series {meta.get('series_hash') or '-'}, config {meta.get('config_hash') or '-'}, "
-                f"bwlab {meta.get('bwlab_revision')}, {meta.get('date')}"
+                f"bwlab {meta.bwlab_revision}, {meta.date}"
             )
         lines.append("")
-        rows = summary_rows(sdocs)
-        heads = [h for _, h, _ in COLUMNS if any(h in cells for *_, cells in rows)]
+        rows = summary_rows(sdocs, short=True)
+        heads = [m.heading or m.key for m in columns_for(sdocs)]
         lines.append("| target | case | " + " | ".join(heads) + " |")
         lines.append("|---|---|" + "---|" * len(heads))
-        for _, label, case, cells in rows:
-            lines.append(f"| {label} | {case} | " + " | ".join(cells.get(h, "-") for h in heads) + " |")
+        for _, name, case, cells in rows:
+            lines.append(f"| {name} | {case} | " + " | ".join(cells.get(h, "-") for h in heads) + " |")
         lines.append("")
         if len({c for d in sdocs for c, m in case_summaries(d) if "throttled_pct" in m}) > 1:
-            lines += _pivot(sdocs, "throttled_pct", "Throttled periods (%)")
-        lines += _latency_table(sdocs, "wakeup", "Wakeup latency")
+            lines += _pivot(sdocs, names, "throttled_pct", "Throttled periods (%)")
+        lines += _latency_table(sdocs, names, "wakeup", "Wakeup latency")
         plots = (_plot_throttling(scenario, sdocs, directory), _plot_latency(scenario, sdocs, directory),
                  _plot_density(scenario, sdocs, directory))  # fmt: skip
         for plot in plots:

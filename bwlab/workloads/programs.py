@@ -1,4 +1,5 @@
-"""The programs a scenario runs: our static workloads (built on demand) and packaged tools."""
+"""The programs a scenario runs: our static workloads (workloads/*.c, built on demand) and
+packaged tools, by logical name."""
 
 from __future__ import annotations
 
@@ -10,10 +11,14 @@ from pathlib import Path
 from bwlab.errors import BwlabError
 from bwlab.paths import WORKLOAD_SRC, workload_bin_dir
 
-OUR_PROGRAMS = ("cglat", "cgwrite", "cgstress", "wakelat", "funcs", "noise")
 # Logical program name -> (executable, Debian package that provides it).
 PACKAGED = {"sysbench": ("sysbench", "sysbench"), "hackbench": ("hackbench", "rt-tests"),
             "busybox": ("busybox", "busybox-static")}  # fmt: skip
+
+
+def ours() -> tuple[str, ...]:
+    """Our static workloads: one per C file in workloads/ (the Makefile builds them all)."""
+    return tuple(sorted(p.stem for p in WORKLOAD_SRC.glob("*.c")))
 
 
 @functools.cache
@@ -31,16 +36,15 @@ def build_workloads() -> Path:
 
 
 def resolve(name: str) -> Path:
-    """Absolute path of a logical program on this host; a clear error if it is missing."""
-    if name in OUR_PROGRAMS:
+    """Absolute path of a program on this host: ours, a packaged tool, else found on PATH."""
+    if name in ours():
         path = build_workloads() / name
         if not path.is_file():
             raise BwlabError(f"workload {name} was not built (expected {path})")
         return path
-    if name in PACKAGED:
-        exe, package = PACKAGED[name]
-        found = shutil.which(exe) or (shutil.which(exe, path="/usr/sbin:/sbin:/bin:/usr/bin"))
-        if found is None:
-            raise BwlabError(f"{exe} is not installed (apt-get install {package})")
-        return Path(found)
-    raise BwlabError(f"unknown program {name!r}")
+    exe, package = PACKAGED.get(name, (name, ""))
+    found = shutil.which(exe) or shutil.which(exe, path="/usr/sbin:/sbin:/bin:/usr/bin")
+    if found is None:
+        hint = f" (apt-get install {package})" if package else " (not on PATH; or list it in the workload's files)"
+        raise BwlabError(f"{exe} is not installed{hint}")
+    return Path(found)

@@ -1,0 +1,138 @@
+"""`bwlab compare A B ...`: each result against the first, case by case and metric by metric,
+in pyperf's spirit: mean ±stdev of the repetitions, the ratio B/A with its 95 % confidence
+interval, and "not significant" when the interval includes 1 (a difference interval that
+includes 0 where A's mean is 0 and no ratio exists).
+
+A and B are result files, or directories whose files are paired by scenario and label
+(the file name); the metadata that differ between two paired results is shown above them.
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab import results, stats
+from bwlab.analysis import report
+from bwlab.errors import BwlabError
+from bwlab.results import Result
+
+LEVEL = 0.95
+# Metadata shown when it differs between two compared results.
+META_KEYS = ("kernel_release", "kernel_key", "policy", "hz", "vcpus", "slice_us", "accel", "cgroup",
+             "bwlab_revision", "date")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One metric of one case: reference A against B."""
+
+    scenario: str
+    label: str
+    case: str
+    metric: str
+    a: list[float]
+    b: list[float]
+    kind: str  # "ratio" (b/a), "diff" (b - a, where a's mean is 0), or "n/a" (too few values)
+    value: float = math.nan
+    lo: float = math.nan
+    hi: float = math.nan
+
+    @property
+    def significant(self) -> bool:
+        if self.kind == "ratio":
+            return not self.lo <= 1.0 <= self.hi
+        if self.kind == "diff":
+            return not self.lo <= 0.0 <= self.hi
+        return False
+
+    def verdict(self) -> str:
+        if self.kind == "n/a":
+            return "too few repetitions (need 2 each)"
+        return "significant" if self.significant else "not significant"
+
+    def interval(self) -> str:
+        if self.kind == "n/a":
+            return "-"
+        if self.kind == "ratio":
+            if math.isinf(self.lo):
+                return f"{self.value:.3f}x [unbounded]"
+            return f"{self.value:.3f}x [{self.lo:.3f}-{self.hi:.3f}]"
+        return f"{self.value:+.3g} [{self.lo:+.3g} to {self.hi:+.3g}] (A is 0: difference)"
+
+
+def compare_values(scenario: str, label: str, case: str, metric: str, a: Sequence[float],
+                   b: Sequence[float]) -> Comparison:  # fmt: skip
+    """The comparison of two samples of one metric (no repetitions' mean needed beforehand)."""
+    a, b = list(a), list(b)
+    if len(a) < 2 or len(b) < 2:
+        return Comparison(scenario, label, case, metric, a, b, "n/a")
+    if statistics.fmean(a) != 0:
+        value, lo, hi = stats.ratio_interval(a, b, LEVEL)
+        return Comparison(scenario, label, case, metric, a, b, "ratio", value, lo, hi)
+    value, lo, hi = stats.diff_interval(a, b, LEVEL)
+    return Comparison(scenario, label, case, metric, a, b, "diff", value, lo, hi)
+
+
+def _values(res: Result, case: str, metric: str) -> list[float]:
+    for c in res.cases:
+        if c.case == case:
+            return [float(v) for r in c.reps if (v := r.metrics.get(metric)) is not None]
+    return []
+
+
+def compare_results(a: Result, b: Result, metrics: Sequence[str] | None = None) -> list[Comparison]:
+    """Every case the two have in common; `metrics` (default: the report's columns both have)."""
+    out = []
+    b_cases = {c.case for c in b.cases}
+    for case in a.cases:
+        if case.case not in b_cases:
+            continue
+        keys = list(metrics) if metrics else [
+            m.key for m in report.columns() if _values(a, case.case, m.key) and _values(b, case.case, m.key)
+        ]  # fmt: skip
+        for key in keys:
+            out.append(compare_values(a.scenario, a.meta.label, case.case, key, _values(a, case.case, key),
+                                      _values(b, case.case, key)))  # fmt: skip
+    return out
+
+
+def meta_differences(a: Result, b: Result) -> list[str]:
+    """'hz: 250 -> 1000' for every compared metadata field that differs."""
+    da, db = a.meta.as_dict(), b.meta.as_dict()
+    return [f"{k}: {da.get(k)} -> {db.get(k)}" for k in META_KEYS if da.get(k) != db.get(k)]
+
+
+def pair(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
+    """(reference, others) per compared result: files as given, or directories' files paired
+    by name (scenario and label)."""
+    if len(paths) < 2:
+        raise BwlabError("compare needs at least two results (files or directories)")
+    if all(p.is_file() for p in paths):
+        loaded = [results.load(p) for p in paths]
+        return [(loaded[0], loaded[1:])]
+    if not all(p.is_dir() for p in paths):
+        missing = next((p for p in paths if not p.exists()), None)
+        if missing is not None:
+            raise BwlabError(f"{missing}: no such file or directory")
+        raise BwlabError("compare takes result files or results directories, not a mix of both")
+    ref = {p.name: p for p in sorted(paths[0].glob("*.json"))}
+    pairs = []
+    for name, path in ref.items():
+        others = [d / name for d in paths[1:]]
+        if all(o.is_file() for o in others):
+            pairs.append((results.load(path), [results.load(o) for o in others]))
+    if not pairs:
+        raise BwlabError(f"no result file of {paths[0]} has a namesake in {', '.join(map(str, paths[1:]))}")
+    return pairs
+
+
+def fmt_sample(values: Sequence[float]) -> str:
+    s = stats.summarize(values)
+    if not s["n"]:
+        return "-"
+    sd = f" ±{report.num(float(s['stdev']))}" if s["stdev"] is not None else ""
+    return f"{report.num(float(s['mean'] or 0))}{sd} (n={s['n']})"

@@ -1,0 +1,39 @@
+"""`bwlab kselftest`: the kernel's cgroup test_cpu, with the series' tests, on a target."""
+
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from rich.table import Table
+
+from bwlab.commands import common
+from bwlab.errors import BwlabError
+from bwlab.kernel import kselftest
+from bwlab.progress import console, step
+from bwlab.targets.qemu import QemuTarget
+
+
+def cmd_kselftest(args: argparse.Namespace) -> int:
+    target = QemuTarget(common.guest_image(args), args.vcpus)
+    if args.tests_tree:
+        test_cpu = kselftest.build_test_cpu(Path(args.tests_tree))
+    else:
+        with step("test_cpu from the source with the series applied"):
+            test_cpu = kselftest.series_test_cpu(common.kernel_source_of(args, fetch=False))
+    out = Path(args.out) if args.out else common.default_out("kselftest")
+    label = target.label
+    with console.status(f"test_cpu in {label} ({args.vcpus} vCPUs, kernel {target.image.key})"):
+        path, tests = target.run_kselftest(test_cpu, out)
+    table = Table(title=f"test_cpu on {label}")
+    table.add_column("test")
+    table.add_column("result")
+    for test in tests:
+        colour = {"pass": "green", "fail": "red"}.get(test.status, "yellow")
+        table.add_row(test.name, f"[{colour}]{test.status}[/{colour}]")
+    console.print(table)
+    console.print(f"result: {path}")
+    failed = [t.name for t in tests if t.status == "fail"]
+    if failed and not args.expect_fail:
+        raise BwlabError(f"{len(failed)} of {len(tests)} test_cpu tests failed: {', '.join(failed)}")
+    return 0

@@ -1,0 +1,56 @@
+"""`bwlab report` and `bwlab compare`: what a results directory says."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from rich.table import Table
+
+from bwlab.analysis import compare, report
+from bwlab.commands import common
+from bwlab.errors import BwlabError
+from bwlab.progress import console
+
+
+def cmd_report(args: argparse.Namespace) -> int:
+    path = report.write_report(Path(args.dir))
+    common.print_summary(Path(args.dir))
+    print(path)
+    return 0
+
+
+def cmd_compare(args: argparse.Namespace) -> int:
+    paths = [Path(p) for p in args.results]
+    metrics = [m.strip() for m in args.metric.split(",") if m.strip()] if args.metric else None
+    rows: list[dict[str, object]] = []
+    for ref, others in compare.pair(paths):
+        for other in others:
+            found = compare.compare_results(ref, other, metrics)
+            if not found:
+                continue
+            title = f"{ref.scenario}: {ref.meta.label} -> {other.meta.label}"
+            diffs = compare.meta_differences(ref, other)
+            table = Table(title=title, caption="; ".join(diffs) if diffs else None)
+            for col in ("case", "metric", "A: mean ±sd (n)", "B: mean ±sd (n)", "B/A [95 % CI]", ""):
+                table.add_column(col, overflow="fold")
+            for c in found:
+                if args.significant_only and not c.significant:
+                    continue
+                table.add_row(c.case, c.metric, compare.fmt_sample(c.a), compare.fmt_sample(c.b), c.interval(),
+                              c.verdict())  # fmt: skip
+                rows.append({"scenario": c.scenario, "a": ref.meta.label, "b": other.meta.label, "case": c.case,
+                             "metric": c.metric, "a_values": c.a, "b_values": c.b, "kind": c.kind,
+                             "value": c.value, "lo": c.lo, "hi": c.hi, "significant": c.significant})  # fmt: skip
+            if args.json is None:
+                console.print(table)
+    if not rows:
+        raise BwlabError("nothing to compare: no case and metric that both results have")
+    if args.json is not None:
+        text = "".join(json.dumps(r) + "\n" for r in rows)
+        if args.json == "-":
+            print(text, end="")
+        else:
+            Path(args.json).write_text(text)
+    return 0

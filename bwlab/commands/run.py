@@ -1,0 +1,72 @@
+"""`bwlab run`, `bwlab scenarios`, `bwlab check`: scenarios on a target."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+from pathlib import Path
+
+from bwlab import scenario, workloads
+from bwlab.analysis import report
+from bwlab.commands import common
+from bwlab.commands.sim import sim_target
+from bwlab.errors import BwlabError
+from bwlab.progress import console
+from bwlab.targets.base import Target
+from bwlab.targets.host import HostTarget
+from bwlab.targets.qemu import QemuTarget
+
+
+def target_of(args: argparse.Namespace) -> Target:
+    """The --target the command line names, with its options."""
+    sim_opts = {"--tick": args.tick != "aligned", "--jitter-us": args.jitter_us != 0,
+                "--timer-latency": bool(args.timer_latency), "--noise": bool(args.noise),
+                "--seed": args.seed != 0}  # fmt: skip
+    if args.target != "sim" and any(sim_opts.values()):
+        raise BwlabError(f"{next(k for k, v in sim_opts.items() if v)} applies to --target sim only")
+    if args.target == "sim":
+        return sim_target(args)
+    if args.policy and args.target == "host":
+        raise BwlabError("--policy applies to patched guests and the simulator, not the host")
+    if args.target == "host":
+        return HostTarget()
+    return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout)
+
+
+def cmd_run(args: argparse.Namespace) -> int:
+    sc = common.load_scenario(args.scenario, args)
+    out = Path(args.out) if args.out else common.default_out(sc.name)
+    target = target_of(args)
+    # the host's and guests' own progress displays show what runs; the simulator has none
+    with console.status(f"{sc.name} on {target.label}") if args.target == "sim" else contextlib.nullcontext():
+        path = target.run(sc, out)
+    console.print(f"result: {path}")
+    report.write_report(out)
+    common.print_summary(out)
+    return 0
+
+
+def cmd_scenarios(args: argparse.Namespace) -> int:
+    for name in scenario.builtin_names():
+        sc = scenario.load(scenario.builtin_path(name))
+        print(f"{name:15} {len(sc.cases)} cases x {sc.data['repetitions']} reps  {sc.description}")
+    return 0
+
+
+def cmd_workloads(args: argparse.Namespace) -> int:
+    """The workload kinds and their parameters (defaults), from the registry."""
+    for name, kind in workloads.kinds().items():
+        where = "" if kind.runs_on_real else " (simulator only)"
+        print(f"{name}{where}: {kind.description}")
+        for key, param in kind.params.items():
+            default = "required" if param.required else f"default {param.default!r}"
+            print(f"    {key:18} {param.type:8} {default}{'  ' + param.help if param.help else ''}")
+    return 0
+
+
+def cmd_check(args: argparse.Namespace) -> int:
+    for name in args.files:
+        sc = scenario.load(scenario.find(name))
+        for spec in sc.resolve(args.ncpu):
+            print(f"{sc.name}/{spec.case}: {spec.settings()}")
+    return 0

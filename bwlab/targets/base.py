@@ -1,0 +1,158 @@
+"""What every target shares: the raw record of one repetition, its metrics, and the result
+document a run writes. A target is one module with a `run(scenario, out_dir) -> Path`."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any, Protocol
+
+from bwlab import cpustat, results
+from bwlab.errors import BwlabError
+from bwlab.scenario import RunSpec, Scenario
+from bwlab.workloads import noise
+from bwlab.workloads.base import json_doc
+
+
+class Target(Protocol):
+    """Where a scenario runs: the running kernel, a guest, a simulated machine."""
+
+    @property
+    def label(self) -> str:
+        """Names the run in results and reports: 'host', 'guest-patched-all', 'sim-mainline'."""
+        ...
+
+    def run(self, sc: Scenario, out_dir: Path) -> Path:
+        """Every case and repetition; writes one result file and returns its path. A failed
+        repetition is recorded in the file and raised as a BwlabError after it is written."""
+        ...
+
+
+@dataclass
+class RawRep:
+    """What a target observed for one repetition, before any interpretation."""
+
+    stat_before: str
+    stat_after: str
+    wall_s: float
+    rc: int
+    stdout: str
+    stderr: str = ""
+    sides: list[str] = field(default_factory=list)
+    lock_stat: str = ""  # /proc/lock_stat lines of the probed classes, after the run
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
+    """(contentions, acquisitions) per class from /proc/lock_stat class lines.
+
+    A class line is 'NAME: con-bounces contentions waittime-min waittime-max waittime-total
+    waittime-avg acq-bounces acquisitions holdtime-...'; classes with one name are summed."""
+    found: dict[str, tuple[int, int]] = {}
+    for line in text.splitlines():
+        name, sep, rest = line.strip().rpartition(":")
+        fields = rest.split()
+        if not sep or name not in classes or len(fields) < 8:
+            continue
+        try:
+            contentions, acquisitions = int(fields[1]), int(fields[7])
+        except ValueError:
+            continue
+        con, acq = found.get(name, (0, 0))
+        found[name] = (con + contentions, acq + acquisitions)
+    return found
+
+
+def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
+    """Metrics of one repetition and its latency samples (empty when it has none)."""
+    plugin = spec.workload.plugin
+    if plugin.exit_is_failure(spec.workload.resolved, raw.rc):
+        tail = (raw.stderr or raw.stdout).strip().splitlines()[-1:] or ["(no output)"]
+        raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
+    out = cpustat.stat_metrics(cpustat.delta(raw.stat_before, raw.stat_after), raw.wall_s, spec.period_us,
+                               spec.quota_us)  # fmt: skip
+    parsed, samples = plugin.parse(raw.stdout, spec.workload.resolved)
+    out.update(parsed)
+    if spec.lock_classes and raw.lock_stat:
+        stats = parse_lock_stat(raw.lock_stat, spec.lock_classes)
+        con = sum(c for c, _ in stats.values())
+        acq = sum(a for _, a in stats.values())
+        out["lock_acquisitions"], out["lock_contentions"] = float(acq), float(con)
+        if raw.wall_s > 0:
+            out["lock_acq_per_s"], out["lock_con_per_s"] = acq / raw.wall_s, con / raw.wall_s
+    for side in raw.sides:
+        match = re.search(r'"writes":(\d+),"errors":(\d+)', side)
+        if match:
+            out["rewrites"] = float(match.group(1))
+            out["rewrite_errors"] = float(match.group(2))
+    return out, samples
+
+
+def stdout_without_samples(stdout: str) -> str:
+    """A workload's output with its document's latency samples left out (a result keeps them
+    once, as the rep's samples_us); the rest (per-function tables, schedstat) stays readable."""
+    try:
+        doc = json_doc(stdout, "workload")
+    except BwlabError:
+        return "(samples_us)"
+    doc.pop("samples_us", None)
+    return "\n".join([*stdout.strip().splitlines()[:-1], results.compact_json(doc)])
+
+
+def case_docs(specs: list[RunSpec], raws: Mapping[tuple[int, int], RawRep | str]) -> list[dict[str, Any]]:
+    """The result's cases: per repetition its metrics (or why it has none) and raw record;
+    a string in `raws` says why a repetition's record is unusable."""
+    cases = []
+    for ci, spec in enumerate(specs):
+        reps = []
+        for rep in range(spec.repetitions):
+            raw = raws.get((ci, rep))
+            if raw is None or isinstance(raw, str):
+                reps.append({"rep": rep, "error": raw or "no record (run incomplete)"})
+                continue
+            try:
+                metrics, samples = rep_metrics(spec, raw)
+                entry: dict[str, Any] = {"rep": rep, "metrics": metrics}
+            except BwlabError as exc:
+                entry, samples = {"rep": rep, "error": str(exc)}, []
+            if samples:
+                entry["samples_us"] = samples
+            raw_doc = raw.to_json()
+            if samples:
+                raw_doc["stdout"] = stdout_without_samples(raw_doc.get("stdout", ""))
+            entry["raw"] = raw_doc
+            reps.append(entry)
+        cases.append({"case": spec.case, "params": spec.params, "settings": spec.settings(), "reps": reps})
+    return cases
+
+
+def machine_noise(outputs: list[str]) -> list[dict[str, Any]]:
+    """The noise probes run before and after the cases (RunSpec.noise_s), for the result's
+    meta: each one's output, kept whole for the simulator (bwlab validate), and its metrics,
+    or why it has none."""
+    probes: list[dict[str, Any]] = []
+    for stdout in outputs:
+        try:
+            probes.append({"metrics": noise.parse_noise(stdout), "stdout": stdout})
+        except BwlabError as exc:
+            probes.append({"error": str(exc), "stdout": stdout[-2000:]})
+    return probes
+
+
+def write_result(out_dir: Path, sc: Scenario, meta: dict[str, Any], status: str,
+                 cases: list[dict[str, Any]]) -> Path:  # fmt: skip
+    """The one way a scenario's result file is written: SCENARIO-LABEL.json."""
+    doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
+           "status": status, "meta": meta, "cases": cases}  # fmt: skip
+    return results.write(out_dir / f"{sc.name}-{meta['label']}.json", doc)
+
+
+def check_reps(cases: list[dict[str, Any]], where: Path) -> None:
+    """Raise if a repetition failed (after the result is written, so it can be read)."""
+    errors = [r["error"] for c in cases for r in c["reps"] if "error" in r]
+    if errors:
+        raise BwlabError(f"{where}: {len(errors)} repetition(s) failed, first: {errors[0]}")

@@ -1,0 +1,371 @@
+"""The QEMU target: a scenario inside a guest booted from a built kernel and an initramfs.
+
+The initramfs holds busybox, every program a workload kind runs (with their shared
+libraries), the files a scenario's workloads ship, a generic /init and /plan.sh: the
+scenario's cases rendered as the portable plan (targets/plan.py). Records come back on the
+guest's second serial port (ttyS1 -> a host file), never scraped from the console. The
+console (ttyS0) is kept in full and checked for kernel splats.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab import results, workloads
+from bwlab.errors import BwlabError
+from bwlab.kernel import kselftest, policies
+from bwlab.kernel.build import KernelImage
+from bwlab.progress import console
+from bwlab.scenario import RunSpec, Scenario, noise_seconds
+from bwlab.targets import base, plan
+from bwlab.workloads import programs
+
+QEMU = "qemu-system-x86_64"
+# Besides the workload kinds' programs, every guest carries the rewrite side action's writer
+# and the noise probe.
+LAB_PROGRAMS = ("cgwrite", "noise")
+
+
+def guest_programs() -> tuple[str, ...]:
+    """What every guest carries, so that a scenario can use any workload kind."""
+    return tuple(sorted({*workloads.all_programs(), *LAB_PROGRAMS}))
+
+
+# Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
+SPLAT_PATTERNS = [
+    re.compile(p)
+    for p in (
+        r"\bBUG:",
+        r"\bWARNING:",
+        r"\bOops\b",
+        r"Kernel panic",
+        r"general protection fault",
+        r"possible circular locking dependency",
+        r"inconsistent lock state",
+        r"possible recursive locking",
+        r"possible irq lock inversion",
+        r"suspicious RCU usage",
+        r"bad unlock balance",
+        r"held lock freed",
+        r"DEBUG_LOCKS_WARN_ON",
+        r"lock held when returning to user space",
+        r"INFO: task \S+ blocked for more than",
+        r"soft lockup",
+        r"rcu_\w+ (?:self-)?detected stalls?",
+        r"rcu: INFO: .*stall",
+        r"UBSAN:",
+    )
+]
+
+INIT = r"""#!/bin/sh
+export PATH=/bin
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev 2>/dev/null
+mount -t tmpfs tmp /tmp
+mount -t debugfs debugfs /sys/kernel/debug 2>/dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+stty -F /dev/ttyS1 raw -echo 2>/dev/null
+exec 3>/dev/ttyS1
+echo "BWLAB-HELLO release=$(uname -r) ncpu=$(nproc) slice_us=$(cat /proc/sys/kernel/sched_cfs_bandwidth_slice_us)" >&3
+echo "+cpu +cpuset" > /sys/fs/cgroup/cgroup.subtree_control
+. /plan.sh
+echo "BWLAB-DONE" >&3
+sync
+reboot -f
+"""
+
+
+def find_splats(console: str) -> list[str]:
+    """Console lines that show a kernel bug, warning, oops, lockdep report or RCU stall."""
+    return [line.strip() for line in console.splitlines() if any(p.search(line) for p in SPLAT_PATTERNS)]
+
+
+def _copy_with_libs(binary: Path, root: Path, dest: str) -> None:
+    target = root / dest.lstrip("/")
+    target.parent.mkdir(parents=True, exist_ok=True)
+    shutil.copy2(binary, target)
+    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:  # static binaries: "not a dynamic executable"
+        return
+    for line in proc.stdout.splitlines():
+        match = re.search(r"(/\S+)\s+\(0x", line)
+        if not match:
+            continue
+        lib = Path(match.group(1))
+        lib_target = root / str(lib).lstrip("/")
+        if not lib_target.exists():
+            lib_target.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(lib.resolve(), lib_target)
+
+
+def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list[str] | None = None,
+                    plan_text: str | None = None, extra: dict[str, Path] | None = None) -> Path:  # fmt: skip
+    """A newc cpio (uncompressed) with busybox, the workloads, /init and /plan.sh.
+
+    `plan_text` replaces the plan rendered from `specs`; `extra` adds programs as /bin/NAME."""
+    root = work / "root"
+    for d in ("bin", "proc", "sys", "dev", "tmp", "lib64"):
+        (root / d).mkdir(parents=True, exist_ok=True)
+    busybox = programs.resolve("busybox")
+    _copy_with_libs(busybox, root, "/bin/busybox")
+    applets = subprocess.run([str(busybox), "--list"], capture_output=True, text=True,
+                             check=True).stdout.split()  # fmt: skip
+    for applet in applets:
+        link = root / "bin" / applet
+        if not link.exists():
+            link.symlink_to("busybox")
+    for program in guest_programs():
+        (root / "bin" / program).unlink(missing_ok=True)
+        _copy_with_libs(programs.resolve(program), root, f"/bin/{program}")
+    shipped = {name: path for spec in specs for name, path in spec.workload.files.items()}
+    for spec in specs:
+        program = spec.workload.argv[0]
+        if program not in shipped and not (root / "bin" / program).exists():
+            raise BwlabError(f"case {spec.case}: {program} is not in the guest (list it in the workload's files)")
+    for name, path in {**shipped, **(extra or {})}.items():
+        (root / "bin" / name).unlink(missing_ok=True)
+        _copy_with_libs(path, root, f"/bin/{name}")
+    (root / "init").write_text(INIT)
+    (root / "init").chmod(0o755)
+    (root / "plan.sh").write_text(plan_text if plan_text is not None else plan.render_plan(specs, features))
+    with dest.open("wb") as out:
+        find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
+        proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout,
+                              stdout=out, stderr=subprocess.PIPE, check=False)  # fmt: skip
+        find.wait()
+    if proc.returncode != 0 or find.returncode != 0:
+        raise BwlabError(f"building the initramfs failed: {proc.stderr.decode(errors='replace').strip()}")
+    return dest
+
+
+@dataclass
+class GuestRun:
+    output: plan.PlanOutput
+    console: Path
+    results: Path
+    splats: list[str]
+    status: str  # "ok", "failed", "timeout"
+    elapsed_s: float
+    timer_thread: str  # how QEMU's timer thread was scheduled: see prioritize_timers()
+
+
+# The guest's timers and interrupts are raised by QEMU's main-loop thread, which shares the
+# host's CPUs with the busy vCPU threads. At normal priority it waits for the host's next
+# tick (4 ms at HZ=250) before it runs, so 2-5 % of guest timer interrupts arrived 0.5-4 ms
+# late (p99 3.4 ms measured with the noise probe; a period timer late past a CPU's next tick
+# throttles it). At SCHED_FIFO it runs when its timer expires: p99 56-76 us on the same
+# machine. SCHED_RESET_ON_FORK: the threads it creates after (vCPUs, workers) stay normal.
+# On by default; BWLAB_QEMU_FIFO=0 turns it off (the guest then has the late timers above,
+# and the clock the kernel picks for itself, see qemu_command()).
+MAIN_LOOP_PRIORITY = 1
+FIFO_ENV = "BWLAB_QEMU_FIFO"
+
+
+def fifo_requested() -> bool:
+    """Punctual timers unless BWLAB_QEMU_FIFO=0; any other value than 0/1 is an error."""
+    value = os.environ.get(FIFO_ENV, "1")
+    if value not in ("0", "1"):
+        raise BwlabError(f"{FIFO_ENV}={value!r}: expected 1 (punctual guest timers, the default) or 0")
+    return value == "1"
+
+
+def prioritize_timers(pid: int) -> str:
+    """Give QEMU's main-loop thread (the process's first thread) SCHED_FIFO; what was done."""
+    try:
+        os.sched_setscheduler(pid, os.SCHED_FIFO | os.SCHED_RESET_ON_FORK,
+                              os.sched_param(MAIN_LOOP_PRIORITY))  # fmt: skip
+    except OSError as exc:
+        return f"normal ({exc.strerror}: timers may arrive up to a host tick late)"
+    return f"SCHED_FIFO {MAIN_LOOP_PRIORITY}"
+
+
+def timer_priority_plan() -> tuple[bool, str]:
+    """(whether QEMU's main loop will get SCHED_FIFO, what to record if not), decided before
+    QEMU starts because the kernel command line depends on it: tried on a stand-in child."""
+    if not fifo_requested():
+        return False, f"normal ({FIFO_ENV}=0)"
+    probe = subprocess.Popen(["sleep", "5"], stdin=subprocess.DEVNULL)
+    try:
+        done = prioritize_timers(probe.pid)
+    finally:
+        probe.kill()
+        probe.wait()
+    return done.startswith("SCHED_FIFO"), done
+
+
+def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, results: Path,
+                 memory: str = "1G", tsc_reliable: bool = False) -> list[str]:  # fmt: skip
+    """tsc_reliable goes with punctual timers (see prioritize_timers()): with late timers a stable
+    sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a tick),
+    and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0."""
+    return [
+        QEMU, "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(vcpus), "-m", memory,
+        "-nographic", "-no-reboot", "-monitor", "none",
+        "-kernel", str(image.bzimage), "-initrd", str(initrd),
+        # tsc=reliable: TCG's TSC is the host's, but the clocksource watchdog compares it with
+        # the emulated HPET, finds a 0.1 % skew and falls back to HPET: every clock read is
+        # then an emulated device access, and sched_clock is marked unstable (clamped to the
+        # tick), which real hardware's is not
+        "-append", "console=ttyS0 panic=-1 loglevel=7" + (" tsc=reliable" if tsc_reliable else ""),
+        "-serial", f"file:{console}", "-serial", f"file:{results}",
+    ]  # fmt: skip
+
+
+def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
+         timeout_s: float, features: list[str] | None = None, plan_text: str | None = None,
+         extra: dict[str, Path] | None = None) -> GuestRun:  # fmt: skip
+    """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt."""
+    if shutil.which(QEMU) is None:
+        raise BwlabError(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
+    if not image.bzimage.is_file():
+        raise BwlabError(f"kernel image {image.bzimage} is missing: run 'bwlab kernel build'")
+    log_dir.mkdir(parents=True, exist_ok=True)
+    console = log_dir / f"{label}.console.log"
+    records = log_dir / f"{label}.results.log"
+    with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
+        tmp = Path(tmp_name)
+        initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan_text, extra)
+        fifo, timer_thread = timer_priority_plan()
+        cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=fifo)
+        start = time.monotonic()
+        proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
+        if fifo:
+            timer_thread = prioritize_timers(proc.pid)
+        status = "ok"
+        try:
+            _, err = proc.communicate(timeout=timeout_s)
+            if proc.returncode != 0:
+                raise BwlabError(f"qemu exited {proc.returncode}: {err.decode(errors='replace').strip()[:300]}")
+        except subprocess.TimeoutExpired:
+            status = "timeout"
+        finally:
+            if proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        elapsed = time.monotonic() - start
+    console_text = console.read_text(errors="replace") if console.exists() else ""
+    output = plan.parse_records(records.read_text(errors="replace") if records.exists() else "")
+    splats = find_splats(console_text)
+    if status == "ok" and (splats or not output.done or output.errors):
+        status = "failed"
+    return GuestRun(output=output, console=console, results=records, splats=splats,
+                    status=status, elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip
+
+
+def guest_timeout(specs: list[RunSpec]) -> float:
+    """Boot, per-repetition setup under emulation, and 1.5x the nominal workload time."""
+    reps = sum(s.repetitions for s in specs)
+    work = sum(s.duration_s * s.repetitions for s in specs) + 2 * noise_seconds(specs)
+    return 120.0 + 1.5 * work + 15.0 * reps
+
+
+def guest_label(variant: str, policy: str | None, hz: int = 250) -> str:
+    """'guest-baseline', 'guest-patched-slush', 'guest-patched-all-hz1000'."""
+    label = f"guest-{variant}" + (f"-{policy}" if policy else "")
+    return label + (f"-hz{hz}" if hz != 250 else "")
+
+
+@dataclass(frozen=True)
+class QemuTarget:
+    """A guest of `vcpus` CPUs running a built kernel, under a bandwidth policy if patched."""
+
+    image: KernelImage
+    vcpus: int = 2
+    policy: str | None = None  # the series' sched_feat switches (kernel/policies.py)
+    timeout_s: float | None = None  # default: guest_timeout() of the plan
+
+    def __post_init__(self) -> None:
+        if self.policy and not self.image.patches:
+            raise BwlabError(f"--policy {self.policy} needs a patched kernel; kernel {self.image.key} has no patches")
+        if not 1 <= self.vcpus <= 64:
+            raise BwlabError(f"--vcpus must be in 1..64, got {self.vcpus}")
+
+    @property
+    def label(self) -> str:
+        return guest_label(self.image.variant_name, self.policy, self.image.hz)
+
+    def run(self, sc: Scenario, out_dir: Path) -> Path:
+        """All cases in one boot."""
+        image, vcpus, label = self.image, self.vcpus, self.label
+        specs = sc.resolve(vcpus)
+        for spec in specs:
+            spec.workload.require_real()
+        features = policies.feature_writes(self.policy) if self.policy else None
+        limit = self.timeout_s if self.timeout_s is not None else guest_timeout(specs)
+        with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, kernel {image.key}, limit {limit:.0f} s)"):
+            run = boot(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features)
+        if fifo_requested() and not run.timer_thread.startswith("SCHED_FIFO"):
+            console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
+        hello = run.output.hello
+        meta = results.base_meta("guest", label)
+        meta.update({
+            "policy": self.policy,
+            "sched_features": policies.parse_features(run.output.features),
+            "kernel_release": hello.get("release"),
+            "kernel_key": image.key,
+            "source_version": image.version,
+            "source_origin": image.origin,
+            "series_hash": image.series_digest,
+            "patches": list(image.patches),
+            "config_hash": image.config_digest,
+            "hz": image.hz,
+            "vcpus": vcpus,
+            "accel": "tcg",
+            "guest_ncpu": int(hello["ncpu"]) if hello.get("ncpu", "").isdigit() else None,
+            "slice_us": int(hello["slice_us"]) if hello.get("slice_us", "").isdigit() else None,
+            "cgroup": "cgroup v2 at /sys/fs/cgroup (guest)",
+            "console_log": str(run.console),
+            "splats": run.splats[:20],
+            "elapsed_s": round(run.elapsed_s, 1),
+            "qemu_timer_thread": run.timer_thread,
+        })  # fmt: skip
+        if run.output.noise:
+            meta["noise"] = base.machine_noise(run.output.noise)
+        cases = base.case_docs(specs, run.output.records)
+        path = base.write_result(out_dir, sc, meta, run.status, cases)
+        if run.status == "timeout":
+            raise BwlabError(f"guest timed out after {limit:.0f} s and was killed; console: {run.console}")
+        if run.status != "ok":
+            why = (run.splats[:1] or run.output.errors[:1] or ["results incomplete (no BWLAB-DONE)"])[0]
+            raise BwlabError(f"guest run failed: {why}; console: {run.console}")
+        if meta["guest_ncpu"] != vcpus:
+            raise BwlabError(f"guest saw {meta['guest_ncpu']} CPUs, expected {vcpus}; console: {run.console}")
+        base.check_reps(cases, path)
+        return path
+
+    def run_kselftest(self, test_cpu: Path, out_dir: Path,
+                      timeout_s: float = 900.0) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
+        """Boot, run test_cpu, write kselftest-LABEL.json; return it and the test results."""
+        label = guest_label(self.image.variant_name, None, self.image.hz)
+        run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
+                   plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu})  # fmt: skip
+        record = run.output.records.get((0, 0))
+        stdout = record.stdout if isinstance(record, base.RawRep) else ""
+        tests = kselftest.parse_tap(stdout)
+        meta = results.base_meta("guest", label)
+        meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),
+                     "hz": self.image.hz, "vcpus": self.vcpus, "accel": "tcg", "patches": list(self.image.patches),
+                     "console_log": str(run.console), "splats": run.splats[:20],
+                     "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread})  # fmt: skip
+        doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run.status, "meta": meta,
+               "tests": [t.__dict__ for t in tests], "output": stdout, "cases": []}  # fmt: skip
+        path = results.write(out_dir / f"kselftest-{label}.json", doc)
+        if run.status == "timeout":
+            raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run.console}")
+        if run.splats:
+            raise BwlabError(f"kernel splat during test_cpu: {run.splats[0]}; console: {run.console}")
+        if not tests:
+            raise BwlabError(f"test_cpu produced no TAP results; console: {run.console}")
+        return path, tests
