@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bwlab.errors import BwlabError
+from bwlab.paths import sysctl_path
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 GROUP_PREFIX = "bwlab-"
@@ -245,10 +246,6 @@ def unique_name(label: str) -> str:
     """bwlab-<pid>-<ns>-<label>: unique per process and call, safe as a directory name."""
     safe = re.sub(r"[^A-Za-z0-9_.=-]", "_", label)[:60]
     return f"{GROUP_PREFIX}{os.getpid()}-{time.monotonic_ns() % 10**9}-{safe}"
-
-
-def sysctl_path(name: str) -> Path:
-    return Path("/proc/sys") / name.replace(".", "/")
 
 
 @contextlib.contextmanager

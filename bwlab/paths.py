@@ -29,3 +29,8 @@ def cache_root() -> Path:
 def workload_bin_dir() -> Path:
     """Built static workloads (make -C workloads)."""
     return cache_root() / "workloads"
+
+
+def sysctl_path(name: str) -> Path:
+    """/proc/sys/kernel/foo_bar for kernel.foo_bar (on any machine: the host, a guest's plan)."""
+    return Path("/proc/sys") / name.replace(".", "/")

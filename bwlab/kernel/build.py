@@ -195,10 +195,19 @@ def builds_dir() -> Path:
 
 
 def load_image(meta_file: Path) -> KernelImage:
-    meta = json.loads(meta_file.read_text())
-    meta["bzimage"] = Path(meta["bzimage"])
-    meta["patches"] = tuple(meta["patches"])
-    return KernelImage(**meta)
+    """A cached image's record. The image is the bzImage beside it (the cache may have moved);
+    a record this bwlab cannot read is a one-line error naming it, never a traceback."""
+    try:
+        meta = json.loads(meta_file.read_text())
+        meta["bzimage"] = meta_file.parent / "bzImage"
+        meta["patches"] = tuple(meta["patches"])
+        image = KernelImage(**meta)
+    except (OSError, ValueError, TypeError, KeyError) as exc:
+        raise BwlabError(
+            f"{meta_file}: stale or damaged kernel cache entry ({type(exc).__name__}: {exc}); "
+            f"remove {meta_file.parent} or run 'bwlab kernel clean --all' and build again"
+        ) from None
+    return image
 
 
 def cached_image(variant: Variant) -> KernelImage | None:

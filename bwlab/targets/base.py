@@ -75,6 +75,7 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
     out = cpustat.stat_metrics(cpustat.delta(raw.stat_before, raw.stat_after), raw.wall_s, spec.period_us,
                                spec.quota_us)  # fmt: skip
+    out["exit_status"] = float(raw.rc)
     parsed, samples = plugin.parse(raw.stdout, spec.workload.resolved)
     out.update(parsed)
     if spec.lock_classes and raw.lock_stat:

@@ -17,6 +17,7 @@ from pathlib import Path
 
 from bwlab import cgroup, results
 from bwlab.errors import BwlabError
+from bwlab.paths import sysctl_path
 from bwlab.progress import console, run_progress
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
 from bwlab.targets import base
@@ -154,7 +155,7 @@ class HostTarget:
                     progress.advance(task)
         probe()
         meta = results.base_meta("host", self.label)
-        slice_file = cgroup.sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
+        slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
         meta.update({
             "kernel_release": platform.release(),
             "source_version": platform.release().split("-")[0],

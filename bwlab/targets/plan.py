@@ -15,6 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from bwlab.errors import BwlabError
+from bwlab.paths import sysctl_path
 from bwlab.scenario import RunSpec, noise_seconds
 from bwlab.targets.base import RawRep
 from bwlab.workloads import noise
@@ -46,9 +47,9 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_
         lines.append(noise_block)
     for ci, spec in enumerate(specs):
         for name in spec.sysctls:
-            lines.append(f"OLD_{ci}_{_ident(name)}=$(cat {_sysctl(name)})")
+            lines.append(f"OLD_{ci}_{_ident(name)}=$(cat {sysctl_path(name)})")
         for name, value in spec.sysctls.items():
-            lines.append(f"echo {q(value)} > {_sysctl(name)} || echo 'BWLAB-ERROR sysctl {name}' >&3")
+            lines.append(f"echo {q(value)} > {sysctl_path(name)} || echo 'BWLAB-ERROR sysctl {name}' >&3")
         bw_value = f"{spec.quota_us if spec.quota_us is not None else 'max'} {spec.period_us}"
         for rep in range(spec.repetitions):
             g = f"{cgroup_root}/bwlab-{ci}-{rep}"
@@ -67,7 +68,8 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_
             for si, side in enumerate(spec.sides):
                 lines.append(f"{bin_dir}/cgwrite {g}/cpu.max {q(bw_value)} {side.interval_us} "
                              f"> /tmp/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
-            argv = " ".join(q(a) for a in (f"{bin_dir}/{spec.workload.argv[0]}", *spec.workload.args(leaf, rep)))
+            program = program_path(spec.workload.argv[0], bin_dir)
+            argv = " ".join(q(a) for a in (program, *spec.workload.args(leaf, rep)))
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
                 f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",
@@ -98,14 +100,15 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_
                 f"find {g} -depth -type d -exec rmdir {{}} \\; 2>/dev/null || rmdir {g}",
             ]
         for name in spec.sysctls:
-            lines.append(f"echo $OLD_{ci}_{_ident(name)} > {_sysctl(name)}")
+            lines.append(f"echo $OLD_{ci}_{_ident(name)} > {sysctl_path(name)}")
     if noise_s:
         lines.append(noise_block)
     return "\n".join(lines) + "\n"
 
 
-def _sysctl(name: str) -> str:
-    return "/proc/sys/" + name.replace(".", "/")
+def program_path(argv0: str, bin_dir: str) -> str:
+    """Where the plan finds a program: an absolute path as it is, a name in `bin_dir`."""
+    return argv0 if argv0.startswith("/") else f"{bin_dir}/{argv0}"
 
 
 def _ident(name: str) -> str:

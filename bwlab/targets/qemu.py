@@ -130,7 +130,7 @@ def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list
     shipped = {name: path for spec in specs for name, path in spec.workload.files.items()}
     for spec in specs:
         program = spec.workload.argv[0]
-        if program not in shipped and not (root / "bin" / program).exists():
+        if program not in shipped and not (root / plan.program_path(program, "bin").lstrip("/")).exists():
             raise BwlabError(f"case {spec.case}: {program} is not in the guest (list it in the workload's files)")
     for name, path in {**shipped, **(extra or {})}.items():
         (root / "bin" / name).unlink(missing_ok=True)
