@@ -12,6 +12,7 @@ from bwlab import scenario
 from bwlab.errors import BwlabError
 from bwlab.kernel.build import KernelImage
 from bwlab.targets import qemu
+from bwlab.targets.base import RawRep, case_docs
 from bwlab.targets.plan import parse_records, render_plan
 
 TESTS = Path(__file__).resolve().parent
@@ -87,6 +88,28 @@ def test_parse_results_channel() -> None:
 def test_parse_results_incomplete() -> None:
     out = parse_records(RESULTS.split("BWLAB-SECTION rc")[0])
     assert not out.done and not out.records
+
+
+def test_a_truncated_record_fails_that_repetition_only() -> None:
+    second = RESULTS.split("BWLAB-BEGIN 0 0")[1].split("BWLAB-DONE")[0].replace("END 0 0", "END 0 1")
+    # rep 1's END line cut short by a lost byte; rep 2 intact
+    text = RESULTS.replace(
+        "BWLAB-DONE\r\n",
+        "BWLAB-BEGIN 0 1"
+        + second.replace("BWLAB-END 0 1", "BWLAB-END 0")
+        + "BWLAB-BEGIN 0 2"
+        + second.replace("0 1", "0 2")
+        + "BWLAB-DONE\r\n",
+    )
+    out = parse_records(text)
+    assert isinstance(out.records[(0, 0)], RawRep) and isinstance(out.records[(0, 2)], RawRep)
+    assert out.records[(0, 1)] == "record cut short: 'BWLAB-END 0' after BWLAB-BEGIN 0 1"
+    # a BEGIN line cut short is a protocol error of the run; a garbled uptime one of its record
+    bad = parse_records("BWLAB-BEGIN 0\nBWLAB-END 0 0\n" + RESULTS.replace("10.50 12.00", "10.5x"))
+    assert bad.errors == ["malformed record line 'BWLAB-BEGIN 0'"]
+    assert str(bad.records[(0, 0)]).startswith("malformed record: the plan sent a malformed /proc/uptime")
+    docs = case_docs(scenario.load(scenario.builtin_path("table2")).resolve(2)[:1], out.records)
+    assert docs[0]["reps"][1] == {"rep": 1, "error": "record cut short: 'BWLAB-END 0' after BWLAB-BEGIN 0 1"}
 
 
 def test_find_splats() -> None:

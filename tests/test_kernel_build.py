@@ -8,6 +8,8 @@ from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import source as kernel_source
 
+from conftest import bwlab
+
 PATCH = """From 1 Mon Sep 17 00:00:00 2001
 Subject: [PATCH] x
 ---
@@ -175,3 +177,14 @@ def test_format_patch_trailers_do_not_change_the_kernel_key(tmp_path: Path) -> N
     one = variant(tmp_path, series_with(tmp_path, GIT_PATCH)).key
     trailed = GIT_PATCH + "\nbase-commit: " + "b" * 40 + "\n-- \n2.39.5\n"
     assert variant(tmp_path, series_with(tmp_path, trailed)).key == one
+
+
+def test_a_stale_cache_entry_is_one_line(empty_cache: Path) -> None:
+    entry = kernel_build.images_dir() / "7.3.4-0123456789ab"
+    entry.mkdir(parents=True)
+    (entry / "bzImage").write_bytes(b"x")
+    (entry / "meta.json").write_text('{"key": "7.3.4-0123456789ab", "bzimage": "/gone", "old_field": 1}')
+    with pytest.raises(BwlabError, match=r"meta.json: stale or damaged kernel cache entry .*kernel clean --all"):
+        kernel_build.list_images()
+    proc = bwlab("kernel", "list", env={"BWLAB_CACHE": str(empty_cache)})
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "stale or damaged" in proc.stderr

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -7,6 +8,8 @@ import pytest
 from bwlab import scenario
 from bwlab.errors import BwlabError
 from bwlab.workloads.base import cpu_value
+
+from conftest import bwlab
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -205,3 +208,41 @@ def test_stress_scenario_argv() -> None:
     assert spec.workload.argv == ("cgstress", "-d", "600", "-b", "8", "-H")
     (short,) = scenario.load(scenario.builtin_path("stress"), {"duration_s": 30}).resolve(4)
     assert short.workload.argv[:5] == ("cgstress", "-d", "30", "-b", "16")
+
+
+def test_non_utf8_file_is_one_line(tmp_path: Path) -> None:
+    path = tmp_path / "latin.toml"
+    path.write_bytes(GOOD.replace('name = "t"', 'name = "t"\ndescription = "caf\xe9"').encode("latin-1"))
+    with pytest.raises(scenario.ScenarioError, match=r"latin.toml: not UTF-8 text \(byte \d+\)"):
+        scenario.load(path)
+    proc = bwlab("check", str(path))
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "not UTF-8" in proc.stderr
+
+
+@pytest.mark.parametrize(
+    ("cgroup", "message"),
+    [
+        # the kernel refuses a burst above the quota (tg_set_cfs_bandwidth: -EINVAL)
+        ("quota_cpus = 1\nburst_us = 20000", "burst 20000 us is above the quota 10000 us"),
+        ('quota_cpus = "ncpu"\nburst_cpus = "ncpu*2"', "burst 40000 us is above the quota 20000 us"),
+        ("burst_us = 5000", r"a burst \(5000 us\) needs a quota"),
+        # 0.001 CPUs of a 10 ms period is 10 us: below the kernel's 1 ms minimum, never raised silently
+        ("quota_cpus = 0.001", "quota of 10 us; the kernel's minimum is 1000 us"),
+    ],
+)
+def test_settings_the_kernel_refuses_are_errors(tmp_path: Path, cgroup: str, message: str) -> None:
+    path = write(tmp_path, GOOD.replace('quota_cpus = "ncpu"', cgroup))
+    with pytest.raises(BwlabError, match=message):
+        scenario.load(path).resolve(2)
+    proc = bwlab("check", str(path))
+    assert proc.returncode == 1 and re.search(message, proc.stderr) and proc.stderr.count("\n") == 1
+
+
+def test_a_huge_matrix_is_refused_with_its_size(tmp_path: Path) -> None:
+    values = ", ".join(str(1000 + i) for i in range(1001))
+    text = GOOD + f'[matrix]\n"cgroup.period_us" = [{values}]\n"workload.max_prime" = [{values}]\n'
+    path = write(tmp_path, text)
+    with pytest.raises(scenario.ScenarioError, match=r"make 1,002,001 cases; at most 10,000"):
+        scenario.load(path)
+    proc = bwlab("check", str(path), timeout=30)  # refused at once, not expanded
+    assert proc.returncode == 1 and "1,002,001 cases" in proc.stderr

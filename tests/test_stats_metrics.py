@@ -1,6 +1,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -187,3 +188,11 @@ def test_raw_stdout_keeps_the_document_but_not_the_samples() -> None:
     assert kept.splitlines()[0] == "starting"
     assert json.loads(kept.splitlines()[-1]) == {"workload": "funcs", "per_function": [{"requests": 3, "p99_us": 900}]}
     assert stdout_without_samples("not json") == "(samples_us)" == stdout_without_samples("[1, 2]")
+
+
+def test_a_failed_noise_probe_fails_the_run(tmp_path: Path) -> None:
+    meta = {"noise": base.machine_noise(["noise: cannot start threads\n"])}
+    assert "error" in meta["noise"][0] and meta["noise"][0]["stdout"].startswith("noise: cannot")
+    with pytest.raises(BwlabError, match=r"r.json: the noise probe failed: noise output is not its JSON document"):
+        base.check_run([], meta, tmp_path / "r.json")
+    base.check_run([], {"noise": base.machine_noise([])}, tmp_path / "r.json")  # no probe: nothing to fail

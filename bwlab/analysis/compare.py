@@ -23,7 +23,7 @@ from bwlab.results import Result
 LEVEL = 0.95
 # Metadata shown when it differs between two compared results.
 META_KEYS = ("kernel_release", "kernel_key", "policy", "hz", "vcpus", "slice_us", "accel", "cgroup",
-             "bwlab_revision", "date")  # fmt: skip
+             "bwlab_revision")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -57,6 +57,8 @@ class Comparison:
     def interval(self) -> str:
         if self.kind == "n/a":
             return "-"
+        if self.a == self.b or (self.kind == "diff" and not any(self.a) and not any(self.b)):
+            return "identical"
         if self.kind == "ratio":
             if math.isinf(self.lo):
                 return f"{self.value:.3f}x [unbounded]"
@@ -119,6 +121,9 @@ def pair(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
         if missing is not None:
             raise BwlabError(f"{missing}: no such file or directory")
         raise BwlabError("compare takes result files or results directories, not a mix of both")
+    for directory in paths:
+        if not any(directory.glob("*.json")):
+            raise BwlabError(f"{directory}: no result files (*.json)")
     ref = {p.name: p for p in sorted(paths[0].glob("*.json"))}
     pairs = []
     for name, path in ref.items():
@@ -136,3 +141,18 @@ def fmt_sample(values: Sequence[float]) -> str:
         return "-"
     sd = f" ±{report.num(float(s['stdev']))}" if s["stdev"] is not None else ""
     return f"{report.num(float(s['mean'] or 0))}{sd} (n={s['n']})"
+
+
+def lines(ref: Result, other: Result, found: Sequence[Comparison], significant_only: bool = False) -> list[str]:
+    """A comparison as plain text, one line per metric, pyperf-style."""
+    diffs = meta_differences(ref, other)
+    out = [f"{ref.scenario}: {ref.meta.label} -> {other.meta.label}" + (f"  ({'; '.join(diffs)})" if diffs else "")]
+    heads = {m.key: m.heading or m.key for m in report.columns()}
+    width_case = max((len(c.case) for c in found), default=4)
+    width_metric = max((len(heads.get(c.metric, c.metric)) for c in found), default=6)
+    for c in found:
+        if significant_only and not c.significant:
+            continue
+        out.append(f"  {c.case:{width_case}}  {heads.get(c.metric, c.metric):{width_metric}}  "
+                   f"{fmt_sample(c.a)} -> {fmt_sample(c.b)}: {c.interval()}, {c.verdict()}")  # fmt: skip
+    return out

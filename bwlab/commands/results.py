@@ -6,12 +6,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rich.table import Table
-
 from bwlab.analysis import compare, report
 from bwlab.commands import common
 from bwlab.errors import BwlabError
-from bwlab.progress import console
 
 
 def cmd_report(args: argparse.Namespace) -> int:
@@ -30,21 +27,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
             found = compare.compare_results(ref, other, metrics)
             if not found:
                 continue
-            title = f"{ref.scenario}: {ref.meta.label} -> {other.meta.label}"
-            diffs = compare.meta_differences(ref, other)
-            table = Table(title=title, caption="; ".join(diffs) if diffs else None)
-            for col in ("case", "metric", "A: mean ±sd (n)", "B: mean ±sd (n)", "B/A [95 % CI]", ""):
-                table.add_column(col, overflow="fold")
+            if args.json is None:
+                print("\n".join(compare.lines(ref, other, found, args.significant_only)) + "\n")
             for c in found:
                 if args.significant_only and not c.significant:
                     continue
-                table.add_row(c.case, c.metric, compare.fmt_sample(c.a), compare.fmt_sample(c.b), c.interval(),
-                              c.verdict())  # fmt: skip
                 rows.append({"scenario": c.scenario, "a": ref.meta.label, "b": other.meta.label, "case": c.case,
                              "metric": c.metric, "a_values": c.a, "b_values": c.b, "kind": c.kind,
                              "value": c.value, "lo": c.lo, "hi": c.hi, "significant": c.significant})  # fmt: skip
-            if args.json is None:
-                console.print(table)
     if not rows:
         raise BwlabError("nothing to compare: no case and metric that both results have")
     if args.json is not None:

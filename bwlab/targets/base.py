@@ -152,8 +152,12 @@ def write_result(out_dir: Path, sc: Scenario, meta: dict[str, Any], status: str,
     return results.write(out_dir / f"{sc.name}-{meta['label']}.json", doc)
 
 
-def check_reps(cases: list[dict[str, Any]], where: Path) -> None:
-    """Raise if a repetition failed (after the result is written, so it can be read)."""
+def check_run(cases: list[dict[str, Any]], meta: dict[str, Any], where: Path) -> None:
+    """Raise if a repetition or a noise probe failed (after the result is written, so that it
+    can be read): a run whose probe failed cannot be validated against the simulator."""
     errors = [r["error"] for c in cases for r in c["reps"] if "error" in r]
     if errors:
         raise BwlabError(f"{where}: {len(errors)} repetition(s) failed, first: {errors[0]}")
+    probes = [p["error"] for p in meta.get("noise", []) if "error" in p]
+    if probes:
+        raise BwlabError(f"{where}: the noise probe failed: {probes[0]}")

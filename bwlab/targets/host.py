@@ -170,5 +170,5 @@ class HostTarget:
             meta["noise"] = base.machine_noise(outputs)
         cases = base.case_docs(specs, raws)
         path = base.write_result(out_dir, sc, meta, "ok", cases)
-        base.check_reps(cases, path)
+        base.check_run(cases, meta, path)
         return path

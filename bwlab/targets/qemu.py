@@ -342,7 +342,7 @@ class QemuTarget:
             raise BwlabError(f"guest run failed: {why}; console: {run.console}")
         if meta["guest_ncpu"] != vcpus:
             raise BwlabError(f"guest saw {meta['guest_ncpu']} CPUs, expected {vcpus}; console: {run.console}")
-        base.check_reps(cases, path)
+        base.check_run(cases, meta, path)
         return path
 
     def run_kselftest(self, test_cpu: Path, out_dir: Path,
