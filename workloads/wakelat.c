@@ -15,6 +15,10 @@
  * the message thread itself (e.g. a throttled group) counts, as it does for a server whose
  * dispatcher is in the same cgroup; back to back it is the post. Request latency: from the
  * same start to the end of the burn (queueing included). -S applies to message threads too.
+ * -w W: requests posted in the first W seconds of the run warm it up and are not counted
+ * (as schbench's -w); the achieved rate is over the rest.
+ * Each worker keeps its own samples (no lock shared between threads in the measured path: a
+ * global mutex per sample would perturb the wakeups it measures); they are merged at the end.
  * Output: one JSON object with nearest-rank percentiles, achieved RPS and the raw samples.
  *
  * wakelat --percentiles reads numbers (one per line) on stdin and prints their percentiles:
@@ -37,10 +41,10 @@
 
 #define MAX_SAMPLES 2000000
 
+/* One thread's samples: written only by that thread, read after it is joined. */
 struct samples {
-	pthread_mutex_t lock;
 	int64_t *v;
-	long n;
+	long n, cap, max;
 };
 
 struct worker {
@@ -51,6 +55,8 @@ struct worker {
 	int64_t posted;  /* when the request was posted (ns) */
 	int sleeping;    /* waiting on cond when the request was posted */
 	struct msg *msg;
+	struct samples wake, req; /* this worker's own */
+	long completed;           /* requests it finished that were posted after the warm-up */
 };
 
 struct msg {
@@ -66,17 +72,53 @@ struct msg {
 static int nmsg = 1, nworkers = 4, batch = 1, poisson;
 static double rps;
 static long burn_us = 1000, sleep_us, slice_us;
-static double duration_s = 10;
+static double duration_s = 10, warmup_s;
+static int64_t measure_from; /* requests posted before this (ns) warm up and are not counted */
 static atomic_int stop;
-static atomic_long completed;
-static struct samples wake_samples, req_samples;
 
+/* Append without any lock: only the owning thread writes. Keeps the first s->max samples. */
 static void add_sample(struct samples *s, int64_t v)
 {
-	pthread_mutex_lock(&s->lock);
-	if (s->n < MAX_SAMPLES)
-		s->v[s->n++] = v;
-	pthread_mutex_unlock(&s->lock);
+	if (s->n == s->cap) {
+		long cap = s->cap ? 2 * s->cap : 4096;
+		int64_t *grown;
+
+		if (cap > s->max)
+			cap = s->max;
+		if (s->n == cap)
+			return;
+		grown = realloc(s->v, (size_t)cap * sizeof(*grown));
+		if (!grown)
+			return; /* out of memory: keep what there is */
+		s->v = grown;
+		s->cap = cap;
+	}
+	s->v[s->n++] = v;
+}
+
+/* Every worker's samples of one kind in one array (worker order). */
+static int64_t *merge(struct msg *msgs, int which, long *n)
+{
+	long total = 0, at = 0;
+	int64_t *all;
+
+	for (int i = 0; i < nmsg; i++)
+		for (int j = 0; j < nworkers; j++)
+			total += which ? msgs[i].workers[j].req.n : msgs[i].workers[j].wake.n;
+	all = malloc((size_t)(total ? total : 1) * sizeof(*all));
+	if (!all) {
+		fprintf(stderr, "wakelat: out of memory\n");
+		exit(1);
+	}
+	for (int i = 0; i < nmsg; i++)
+		for (int j = 0; j < nworkers; j++) {
+			struct samples *s = which ? &msgs[i].workers[j].req : &msgs[i].workers[j].wake;
+
+			memcpy(all + at, s->v, (size_t)s->n * sizeof(*all));
+			at += s->n;
+		}
+	*n = total;
+	return all;
 }
 
 /* EEVDF's custom slice (sched_attr.sched_runtime for SCHED_OTHER, Linux 6.12+). */
@@ -123,11 +165,13 @@ static void *worker_main(void *arg)
 		woken = w->busy == 2; /* posted while it slept */
 		pthread_mutex_unlock(&w->lock);
 		started = now_ns(CLOCK_MONOTONIC);
-		if (woken)
-			add_sample(&wake_samples, started - posted);
+		if (woken && posted >= measure_from)
+			add_sample(&w->wake, started - posted);
 		burn(burn_us);
-		add_sample(&req_samples, now_ns(CLOCK_MONOTONIC) - posted);
-		atomic_fetch_add(&completed, 1);
+		if (posted >= measure_from) {
+			add_sample(&w->req, now_ns(CLOCK_MONOTONIC) - posted);
+			w->completed++;
+		}
 		if (sleep_us > 0)
 			usleep((useconds_t)sleep_us);
 		pthread_mutex_lock(&w->lock);
@@ -236,7 +280,8 @@ static int percentiles_from_stdin(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us] [-S slice_us] [-d s]\n"
+		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us]\n"
+		"               [-S slice_us] [-w warmup_s] [-d s]\n"
 		"       wakelat --percentiles < numbers\n"
 		"  -m  message threads (default 1)\n"
 		"  -t  worker threads per message thread (default 4)\n"
@@ -246,7 +291,8 @@ static void usage(void)
 		"  -c  CPU time each request burns, microseconds of thread CPU time (default 1000)\n"
 		"  -s  sleep after each request, microseconds (default 0)\n"
 		"  -S  workers ask EEVDF for this slice, microseconds (sched_setattr; default: the kernel's)\n"
-		"  -d  run time in seconds (default 10)\n");
+		"  -w  seconds at the start whose requests are not counted (warm-up, default 0; less than -d)\n"
+		"  -d  run time in seconds, the warm-up included (default 10)\n");
 }
 
 int main(int argc, char **argv)
@@ -254,11 +300,13 @@ int main(int argc, char **argv)
 	struct msg *msgs;
 	struct timespec ts;
 	int64_t start, elapsed;
+	long completed = 0, kept_wake, kept_req;
+	int64_t *wake, *req;
 	int opt;
 
 	if (argc == 2 && strcmp(argv[1], "--percentiles") == 0)
 		return percentiles_from_stdin();
-	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:d:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:w:d:h")) != -1) {
 		switch (opt) {
 		case 'm': nmsg = (int)parse_long("wakelat", optarg, "-m", 1, 64); break;
 		case 't': nworkers = (int)parse_long("wakelat", optarg, "-t", 1, 1024); break;
@@ -268,6 +316,7 @@ int main(int argc, char **argv)
 		case 'c': burn_us = parse_long("wakelat", optarg, "-c", 0, 10000000); break;
 		case 's': sleep_us = parse_long("wakelat", optarg, "-s", 0, 10000000); break;
 		case 'S': slice_us = parse_long("wakelat", optarg, "-S", 100, 100000); break;
+		case 'w': warmup_s = parse_double("wakelat", optarg, "-w", 0, 86400); break;
 		case 'd': duration_s = parse_double("wakelat", optarg, "-d", 0.01, 86400); break;
 		default: usage(); return 2;
 		}
@@ -276,15 +325,18 @@ int main(int argc, char **argv)
 		usage();
 		return 2;
 	}
-	wake_samples.v = calloc(MAX_SAMPLES, sizeof(int64_t));
-	req_samples.v = calloc(MAX_SAMPLES, sizeof(int64_t));
+	if (warmup_s >= duration_s) {
+		fprintf(stderr, "wakelat: -w %g must be less than -d %g (the warm-up is part of the run)\n", warmup_s,
+			duration_s);
+		return 2;
+	}
 	msgs = calloc((size_t)nmsg, sizeof(*msgs));
-	if (!wake_samples.v || !req_samples.v || !msgs) {
+	if (!msgs) {
 		fprintf(stderr, "wakelat: out of memory\n");
 		return 1;
 	}
-	pthread_mutex_init(&wake_samples.lock, NULL);
-	pthread_mutex_init(&req_samples.lock, NULL);
+	/* the samples kept in all, at most MAX_SAMPLES of each kind, shared out among workers */
+	long per_worker = MAX_SAMPLES / (nmsg * nworkers);
 	for (int i = 0; i < nmsg; i++) {
 		struct msg *m = &msgs[i];
 
@@ -300,6 +352,7 @@ int main(int argc, char **argv)
 			struct worker *w = &m->workers[j];
 
 			w->msg = m;
+			w->wake.max = w->req.max = per_worker;
 			pthread_mutex_init(&w->lock, NULL);
 			pthread_cond_init(&w->cond, NULL);
 			if (pthread_create(&w->tid, NULL, worker_main, w)) {
@@ -309,6 +362,7 @@ int main(int argc, char **argv)
 		}
 	}
 	start = now_ns(CLOCK_MONOTONIC);
+	measure_from = start + (int64_t)(warmup_s * 1e9);
 	for (int i = 0; i < nmsg; i++)
 		if (pthread_create(&msgs[i].tid, NULL, msg_main, &msgs[i])) {
 			fprintf(stderr, "wakelat: cannot create a message thread\n");
@@ -335,20 +389,24 @@ int main(int argc, char **argv)
 		}
 	}
 	for (int i = 0; i < nmsg; i++)
-		for (int j = 0; j < nworkers; j++)
+		for (int j = 0; j < nworkers; j++) {
 			pthread_join(msgs[i].workers[j].tid, NULL);
+			completed += msgs[i].workers[j].completed;
+		}
+	wake = merge(msgs, 0, &kept_wake);
+	req = merge(msgs, 1, &kept_req);
 	/* JSON: percentiles in microseconds, then the raw wakeup samples (us) for CDF plots */
 	printf("{\"msg_threads\": %d, \"workers\": %d, \"target_rps\": %.1f, \"batch\": %d, \"poisson\": %s, \"burn_us\": %ld, "
-	       "\"elapsed_s\": %.3f, \"posted\": %ld, \"dropped\": %ld, \"completed\": %ld, "
+	       "\"elapsed_s\": %.3f, \"warmup_s\": %g, \"posted\": %ld, \"dropped\": %ld, \"completed\": %ld, "
 	       "\"rps\": %.1f, ",
-	       nmsg, nmsg * nworkers, rps, batch, poisson ? "true" : "false", burn_us, (double)elapsed / 1e9, posted, dropped,
-	       atomic_load(&completed), (double)atomic_load(&completed) * 1e9 / (double)elapsed);
-	print_stats("wakeup_us", wake_samples.v, wake_samples.n, 1000);
+	       nmsg, nmsg * nworkers, rps, batch, poisson ? "true" : "false", burn_us, (double)elapsed / 1e9, warmup_s,
+	       posted, dropped, completed, (double)completed * 1e9 / ((double)elapsed - warmup_s * 1e9));
+	print_stats("wakeup_us", wake, kept_wake, 1000);
 	printf(", ");
-	print_stats("request_us", req_samples.v, req_samples.n, 1000);
+	print_stats("request_us", req, kept_req, 1000);
 	printf(", \"samples_us\": [");
-	for (long i = 0; i < wake_samples.n; i++)
-		printf("%s%lld", i ? "," : "", (long long)(wake_samples.v[i] / 1000));
+	for (long i = 0; i < kept_wake; i++)
+		printf("%s%lld", i ? "," : "", (long long)(wake[i] / 1000));
 	printf("]}\n");
 	return 0;
 }

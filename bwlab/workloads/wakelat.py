@@ -35,6 +35,9 @@ class Wakelat(WorkloadKind):
     sample_axis = "wakeup latency (ms)"
 
     def argv(self, w: Resolved, ncpu: int, duration_s: float) -> tuple[str, ...]:
+        if w["warmup_s"] >= duration_s:
+            raise BwlabError(f"[workload] warmup_s = {w['warmup_s']:g} must be less than duration_s = {duration_s:g} "
+                             "(the warm-up is part of the run)")  # fmt: skip
         msgs = int(w["msg_threads"])
         rps = w.get("rps") or 0
         return ("wakelat", "-m", str(msgs), "-t", str(max(1, int(w["workers"]) // msgs)), "-r", f"{rps:g}",
