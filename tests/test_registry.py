@@ -179,3 +179,13 @@ def test_sim_features_match_the_model() -> None:
     array = re.search(r"FEATURES: \[&str; \d+\] =\s*\[([^\]]*)\]", rust)
     assert array is not None, "sim/src/config.rs has no FEATURES array"
     assert tuple(re.findall(r'"(\w+)"', array.group(1))) == policies.FEATURES
+
+
+def test_hz_values_match_the_model() -> None:
+    """CONFIG_HZ values a kernel can be built with are the ones the model accepts."""
+    from bwlab.kernel.build import SUPPORTED_HZ
+
+    rust = (Path(__file__).resolve().parent.parent / "sim" / "src" / "config.rs").read_text()
+    listed = re.search(r"if !\[([\d, ]+)\]\.contains\(&self\.hz\)", rust)
+    assert listed is not None, "sim/src/config.rs no longer checks hz against a list"
+    assert tuple(int(h) for h in listed.group(1).split(",")) == SUPPORTED_HZ

@@ -20,6 +20,7 @@ from typing import Any
 from bwlab import cpustat, results
 from bwlab.errors import BwlabError
 from bwlab.kernel import policies
+from bwlab.kernel.build import SUPPORTED_HZ
 from bwlab.results import Result
 from bwlab.scenario import RunSpec, Scenario
 from bwlab.targets import base
@@ -132,8 +133,8 @@ class SimTarget:
             raise BwlabError("sim: other work without burst sizes")
         if not 1 <= self.ncpu <= 4096:
             raise BwlabError(f"sim: --vcpus must be in 1..4096, got {self.ncpu}")
-        if self.hz not in (100, 250, 300, 1000):
-            raise BwlabError(f"sim: --hz must be 100, 250, 300 or 1000, got {self.hz}")
+        if self.hz not in SUPPORTED_HZ:
+            raise BwlabError(f"sim: --hz must be one of {', '.join(map(str, SUPPORTED_HZ))}, got {self.hz}")
         if self.tick not in TICK_MODES:
             raise BwlabError(f"sim: --tick must be one of {', '.join(TICK_MODES)}, got {self.tick!r}")
         policies.feature_writes(self.policy)  # raises on an unknown policy
