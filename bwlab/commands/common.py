@@ -43,13 +43,18 @@ def variant_of(
     return kernel_build.Variant(source, series, frags, args.hz)
 
 
-def load_scenario(name: str, args: argparse.Namespace) -> scenario.Scenario:
-    overrides: dict[str, object] = {}
+def overrides(args: argparse.Namespace) -> dict[str, object]:
+    """The scenario settings --reps and --duration replace."""
+    out: dict[str, object] = {}
     if getattr(args, "reps", None) is not None:
-        overrides["repetitions"] = args.reps
+        out["repetitions"] = args.reps
     if getattr(args, "duration", None) is not None:
-        overrides["duration_s"] = args.duration
-    return scenario.load(scenario.find(name), overrides)
+        out["duration_s"] = args.duration
+    return out
+
+
+def load_scenario(name: str, args: argparse.Namespace) -> scenario.Scenario:
+    return scenario.load(scenario.find(name), overrides(args))
 
 
 def default_out(tag: str) -> Path:

@@ -208,13 +208,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     source = None if args.no_guest else common.kernel_source_of(args, fetch=True)
     patched = bool(kernel_build.read_series(DEFAULT_SERIES).patches)
     jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
-    overrides: dict[str, object] = {}
-    if args.reps is not None:
-        overrides["repetitions"] = args.reps
-    if args.duration is not None:
-        overrides["duration_s"] = args.duration
     console.print(f"reproduce: {len(jobs)} runs into {out}")
-    failures = run(jobs, source, out, args.vcpus, overrides)
+    failures = run(jobs, source, out, args.vcpus, common.overrides(args))
     common.print_summary(out)
     console.print(f"report: {out / 'report.md'} (reproduce took {time.monotonic() - start:.0f} s)")
     if failures:
