@@ -1,5 +1,7 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 from bwlab import scenario
 from bwlab.commands import reproduce
 from bwlab.kernel import policies
@@ -73,3 +75,14 @@ def test_quick_overrides_load() -> None:
     patched = scenario.load(scenario.find("colocation"), dict(quick[True].overrides)).resolve(2)
     assert sorted(s.workload.argv[s.workload.argv.index("-L") + 1] for s in patched) == ["0", "1"]
     assert all(s.workload.argv[s.workload.argv.index("-n") + 1] == "16" for s in patched)
+
+
+def test_a_failed_run_does_not_stop_the_rest(tmp_path: Path) -> None:
+    """Two runs that fail (an unknown scenario; a guest run without kernel source): both are
+    listed, and the simulator's runs and the report still happen."""
+    jobs = [reproduce.Job("no-such-scenario"), reproduce.Job("table2", reproduce.Kernel(False))]
+    failures = reproduce.run(jobs, None, tmp_path, 2, {})
+    assert len(failures) == 2
+    assert failures[0].startswith("no-such-scenario on host: unknown scenario 'no-such-scenario'")
+    assert failures[1] == "table2 in guest-baseline: guest runs need the kernel source"
+    assert (tmp_path / "report.md").is_file() and (tmp_path / "table2-sim-all.json").is_file()

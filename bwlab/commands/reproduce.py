@@ -7,6 +7,7 @@ empty patch series only the lab's own runs (host and baseline guest) remain.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,8 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
     console.print(f"reproduce: {len(jobs)} runs into {out}")
     failures = run(jobs, source, out, args.vcpus, common.overrides(args))
-    common.print_summary(out)
+    with contextlib.suppress(BwlabError):  # nothing to summarize when every run failed
+        common.print_summary(out)
     console.print(f"report: {out / 'report.md'} (reproduce took {time.monotonic() - start:.0f} s)")
     if failures:
         for failure in failures:
