@@ -76,3 +76,15 @@ def test_check_lists_cases() -> None:
     proc = bwlab("check", "table2", "--ncpu", "4")
     assert proc.returncode == 0
     assert "table2/10ms" in proc.stdout and "'quota_us': 40000" in proc.stdout
+
+
+def test_workloads_lists_every_kind_with_its_parameters() -> None:
+    from bwlab import workloads
+
+    proc = bwlab("workloads")
+    assert proc.returncode == 0, proc.stderr
+    for name, kind in workloads.kinds().items():
+        assert f"\n{name}" in "\n" + proc.stdout
+        for key in kind.params:
+            assert f"    {key} " in proc.stdout
+    assert "onoff (simulator only)" in proc.stdout and "argv               strings  required" in proc.stdout

@@ -59,7 +59,8 @@ def cmd_workloads(args: argparse.Namespace) -> int:
         where = "" if kind.runs_on_real else " (simulator only)"
         print(f"{name}{where}: {kind.description}")
         for key, param in kind.params.items():
-            default = "required" if param.required else f"default {param.default!r}"
+            default = ("required" if param.required else "optional" if param.default is None
+                       else f"default {param.default!r}")  # fmt: skip
             print(f"    {key:18} {param.type:8} {default}{'  ' + param.help if param.help else ''}")
     return 0
 
