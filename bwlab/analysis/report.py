@@ -311,7 +311,7 @@ def write_report(directory: Path) -> Path:
             meta = doc.meta
             accel = f", {meta.accel}" if meta.accel else ""
             lines.append(
-                f"- **{names[id(doc)]}** ({label(doc).removeprefix(meta.label).strip()}): status {doc.status}, "
+                f"- **{names[id(doc)]}** {label(doc).removeprefix(meta.label).strip()}: status {doc.status}, "
                 f"{meta.vcpus} CPUs{accel}, HZ={meta.hz}, slice {meta.slice_us} µs, {meta.get('cgroup')}, "
                 f"series {meta.get('series_hash') or '-'}, config {meta.get('config_hash') or '-'}, "
                 f"bwlab {meta.bwlab_revision}, {meta.date}"
