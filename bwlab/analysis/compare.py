@@ -135,24 +135,32 @@ def pair(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
     return pairs
 
 
-def fmt_sample(values: Sequence[float]) -> str:
+def scale(metric: str) -> float:
+    """The factor from a metric's unit to its report heading's (us -> ms for latencies)."""
+    return next((m.scale for m in report.columns() if m.key == metric), 1.0)
+
+
+def fmt_sample(values: Sequence[float], factor: float = 1.0) -> str:
+    """'mean ±stdev (n=N)' in the heading's unit."""
     s = stats.summarize(values)
     if not s["n"]:
         return "-"
-    sd = f" ±{report.num(float(s['stdev']))}" if s["stdev"] is not None else ""
-    return f"{report.num(float(s['mean'] or 0))}{sd} (n={s['n']})"
+    sd = f" ±{report.num(float(s['stdev']) * factor)}" if s["stdev"] is not None else ""
+    return f"{report.num(float(s['mean'] or 0) * factor)}{sd} (n={s['n']})"
 
 
 def lines(ref: Result, other: Result, found: Sequence[Comparison], significant_only: bool = False) -> list[str]:
     """A comparison as plain text, one line per metric, pyperf-style."""
     diffs = meta_differences(ref, other)
     out = [f"{ref.scenario}: {ref.meta.label} -> {other.meta.label}" + (f"  ({'; '.join(diffs)})" if diffs else "")]
-    heads = {m.key: m.heading or m.key for m in report.columns()}
+    cols = {m.key: m for m in report.columns()}
+    heads = {k: m.heading or k for k, m in cols.items()}
     width_case = max((len(c.case) for c in found), default=4)
     width_metric = max((len(heads.get(c.metric, c.metric)) for c in found), default=6)
     for c in found:
         if significant_only and not c.significant:
             continue
         out.append(f"  {c.case:{width_case}}  {heads.get(c.metric, c.metric):{width_metric}}  "
-                   f"{fmt_sample(c.a)} -> {fmt_sample(c.b)}: {c.interval()}, {c.verdict()}")  # fmt: skip
+                   f"{fmt_sample(c.a, scale(c.metric))} -> {fmt_sample(c.b, scale(c.metric))}: {c.interval()}, "
+                   f"{c.verdict()}")  # fmt: skip
     return out
