@@ -24,7 +24,7 @@ def debug_key() -> str:
 
 
 def test_debug_kernel_has_the_checkers(debug_key: str, tmp_path: Path) -> None:
-    from bwlab import kernel_build
+    from bwlab.kernel import build as kernel_build
 
     (image,) = [i for i in kernel_build.list_images() if i.key == debug_key]
     config = (image.bzimage.parent / "config").read_text()

@@ -52,7 +52,7 @@ def test_series_is_non_empty_and_documented() -> None:
     for patch in SERIES.patches:
         text = patch.read_text()
         assert "Signed-off-by:" in text, patch.name
-    from bwlab import policies
+    from bwlab.kernel import policies
 
     for feat in policies.FEATURES:  # each switch is introduced, with measurements, by one patch
         (patch,) = [p for p in SERIES.patches if f"\n+SCHED_FEAT({feat}, true)" in p.read_text()]
