@@ -22,6 +22,7 @@ from bwlab.kernel import policies
 from bwlab.kernel import source as kernel_source
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.targets import sim
+from bwlab.targets.qemu import ACCELS
 
 
 class Parser(argparse.ArgumentParser):
@@ -137,6 +138,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="override the scenario's duration_s")
     p.add_argument("--timeout", type=float, help="guest time limit in seconds (default: from the plan)")
     p.add_argument(
+        "--accel",
+        choices=ACCELS,
+        default="auto",
+        help="guest: kvm, tcg, or auto (KVM if a probe guest boots with it, else TCG; the default)",
+    )
+    p.add_argument(
+        "--show-command",
+        action="store_true",
+        help="guest: print the QEMU command line and keep its initramfs and plan.sh in OUT/boot/; run nothing",
+    )
+    p.add_argument("--keep", action="store_true", help="guest: keep the initramfs and plan.sh in OUT/boot/")
+    p.add_argument(
         "--policy",
         choices=policies.names(),
         help="patched guest: which of the series' sched_feat switches are on (default: all)",
@@ -151,6 +164,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vcpus", type=int, default=2)
     p.add_argument("--out", metavar="DIR")
     p.add_argument("--expect-fail", action="store_true", help="exit 0 even if tests fail (baseline runs)")
+    p.add_argument("--accel", choices=ACCELS, default="auto", help="kvm, tcg, or auto (the default)")
     p.set_defaults(func=kselftest_cmd.cmd_kselftest)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")
@@ -174,6 +188,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float)
     p.add_argument("--no-host", action="store_true")
     p.add_argument("--no-guest", action="store_true")
+    p.add_argument("--accel", choices=ACCELS, default="auto", help="guests: kvm, tcg, or auto (the default)")
     p.add_argument("--quick", action="store_true",
                    help="every scenario once and short at HZ=250 (host, baseline, patched): a few minutes")  # fmt: skip
     p.set_defaults(func=reproduce.cmd_reproduce)

@@ -211,3 +211,17 @@ def test_qemu_trusts_the_tsc(tmp_path: Path) -> None:
     assert "tsc=reliable" in cmd[cmd.index("-append") + 1].split()
     cmd = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
     assert "tsc=reliable" not in cmd[cmd.index("-append") + 1].split()
+
+
+def test_qemu_command_per_accelerator(tmp_path: Path) -> None:
+    image = KernelImage(key="k", bzimage=tmp_path / "bzImage", version="7.3.4", release="7.3.4-k", origin="",
+                        series_digest="", patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+    kvm = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r", accel="kvm")
+    assert kvm[1:5] == ["-accel", "kvm", "-cpu", "host"]
+    tcg = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r")
+    assert tcg[1:5] == ["-accel", "tcg,thread=multi", "-cpu", "max"]
+    # asked for TCG: no probe, and the reason says so
+    assert qemu.choose_accel("tcg", image) == qemu.Accel("tcg", "asked for (--accel tcg)")
+    with pytest.raises(BwlabError, match="--accel 'fast': expected one of auto, kvm, tcg"):
+        qemu.choose_accel("fast", image)
+    assert qemu.kvm_device_problem(str(tmp_path / "kvm")) == f"{tmp_path / 'kvm'}: No such file or directory"

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -12,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from bwlab.paths import cache_root
 from bwlab.targets import qemu
 
 from conftest import DATA, REPO, bwlab, pids_with
@@ -105,3 +107,56 @@ def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -
     assert proc.returncode == 130, err
     assert not pids_with("qemu-system", str(tmpdir))
     assert list(tmpdir.iterdir()) == []
+
+
+def _forget_kvm_probe(kernel_key: str) -> None:
+    """Make the next --accel auto|kvm run probe again (the memo is per host boot and kernel)."""
+    memo = cache_root() / "accel-probe.json"
+    if memo.is_file():
+        known = json.loads(memo.read_text())
+        memo.write_text(json.dumps({k: v for k, v in known.items() if not k.endswith(kernel_key)}))
+
+
+def test_accel_auto_records_what_it_chose(kernel_key: str, tmp_path: Path) -> None:
+    """auto uses KVM where a probe guest reaches /init with it, else TCG, within the probe's
+    limit, and says which and why in the result (on the lab's machine KVM guests hang: TCG)."""
+    _forget_kvm_probe(kernel_key)
+    start = time.monotonic()
+    proc = bwlab(*guest_args(kernel_key, tmp_path), "--accel", "auto", "--keep", timeout=900)
+    assert proc.returncode == 0, proc.stderr
+    (path,) = tmp_path.glob("table2-10ms-guest-baseline*.json")
+    meta = json.loads(path.read_text())["meta"]
+    if meta["accel"] == "tcg":
+        assert meta["accel_reason"].startswith("--accel auto: ")
+        assert proc.stderr.count("KVM not used, TCG instead") == 1
+        probe = qemu.PROBE_TIMEOUT_S
+        assert time.monotonic() - start < probe + 300  # the probe gave up in time, then the TCG run
+    else:
+        assert meta["accel"] == "kvm" and path.name == "table2-10ms-guest-baseline-kvm.json"
+    # --keep: what booted stays, to boot by hand
+    assert (tmp_path / "boot" / "table2-10ms-guest-baseline.plan.sh").read_text().count("BWLAB-BEGIN") == 1
+    assert (tmp_path / "boot" / "table2-10ms-guest-baseline.initramfs.cpio").stat().st_size > 1_000_000
+
+
+def test_accel_kvm_fails_clearly_where_kvm_does_not_work(kernel_key: str, tmp_path: Path) -> None:
+    _forget_kvm_probe(kernel_key)
+    start = time.monotonic()
+    proc = bwlab(*guest_args(kernel_key, tmp_path), "--accel", "kvm", timeout=300)
+    took = time.monotonic() - start
+    if proc.returncode == 0:  # a machine where KVM works
+        assert json.loads(next(tmp_path.glob("*.json")).read_text())["meta"]["accel"] == "kvm"
+        return
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    assert "--accel kvm: " in proc.stderr and "use --accel tcg" in proc.stderr
+    assert took < qemu.PROBE_TIMEOUT_S + 60
+    assert not pids_with("qemu-system", "kvm-probe")
+
+
+def test_show_command_boots_nothing(kernel_key: str, tmp_path: Path) -> None:
+    proc = bwlab(*guest_args(kernel_key, tmp_path), "--accel", "tcg", "--show-command", timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    cmd = shlex.split(proc.stdout.strip())
+    assert cmd[0] == "qemu-system-x86_64" and cmd[1:3] == ["-accel", "tcg,thread=multi"]
+    assert Path(cmd[cmd.index("-initrd") + 1]).is_file()
+    assert (tmp_path / "boot" / "table2-10ms-guest-baseline.plan.sh").is_file()
+    assert not list(tmp_path.glob("*.json"))  # nothing ran

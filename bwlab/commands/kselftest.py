@@ -15,7 +15,7 @@ from bwlab.targets.qemu import QemuTarget
 
 
 def cmd_kselftest(args: argparse.Namespace) -> int:
-    target = QemuTarget(common.guest_image(args), args.vcpus)
+    target = QemuTarget(common.guest_image(args), args.vcpus, accel=args.accel)
     if args.tests_tree:
         test_cpu = kselftest.build_test_cpu(Path(args.tests_tree))
     else:

@@ -147,7 +147,7 @@ def _build(
 
 
 def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
-        overrides: dict[str, object]) -> list[str]:  # fmt: skip
+        overrides: dict[str, object], accel: str = "auto") -> list[str]:  # fmt: skip
     """Run every job (a failure is recorded and the rest go on); return the failures."""
     images: dict[Kernel, kernel_build.KernelImage] = {}
     failures: list[str] = []
@@ -166,10 +166,10 @@ def run(jobs: list[Job], source: KernelSource | None, out: Path, vcpus: int,
                 if job.what == "kselftest":
                     if test_cpu is None:
                         test_cpu = kselftest.series_test_cpu(source)
-                    QemuTarget(image, vcpus).run_kselftest(test_cpu, out)
+                    QemuTarget(image, vcpus, accel=accel).run_kselftest(test_cpu, out)
                 else:
                     sc = scenario.load(scenario.find(job.what), settings)
-                    QemuTarget(image, vcpus, job.policy).run(sc, out)
+                    QemuTarget(image, vcpus, job.policy, accel=accel).run(sc, out)
         except BwlabError as exc:
             failures.append(f"{job.describe()}: {exc}")
             console.print(f"[red]{job.describe()} failed after {time.monotonic() - start:.0f} s:[/red] {exc}")
@@ -210,7 +210,7 @@ def cmd_reproduce(args: argparse.Namespace) -> int:
     patched = bool(kernel_build.read_series(DEFAULT_SERIES).patches)
     jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
     console.print(f"reproduce: {len(jobs)} runs into {out}")
-    failures = run(jobs, source, out, args.vcpus, common.overrides(args))
+    failures = run(jobs, source, out, args.vcpus, common.overrides(args), args.accel)
     with contextlib.suppress(BwlabError):  # nothing to summarize when every run failed
         common.print_summary(out)
     console.print(f"report: {out / 'report.md'} (reproduce took {time.monotonic() - start:.0f} s)")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import shlex
 from pathlib import Path
 
 from bwlab import scenario, workloads
@@ -28,15 +29,22 @@ def target_of(args: argparse.Namespace) -> Target:
         return sim_target(args)
     if args.policy and args.target == "host":
         raise BwlabError("--policy applies to patched guests and the simulator, not the host")
+    if args.target != "guest" and (args.show_command or args.keep or args.accel != "auto"):
+        raise BwlabError("--accel, --show-command and --keep apply to --target guest only")
     if args.target == "host":
         return HostTarget()
-    return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout)
+    return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel, args.keep)
 
 
 def cmd_run(args: argparse.Namespace) -> int:
     sc = common.load_scenario(args.scenario, args)
     out = Path(args.out) if args.out else common.default_out(sc.name)
     target = target_of(args)
+    if args.show_command:
+        assert isinstance(target, QemuTarget)
+        print(shlex.join(target.command(sc, out)))
+        console.print(f"initramfs and plan.sh: {out / 'boot'}")
+        return 0
     # the host's and guests' own progress displays show what runs; the simulator has none
     with console.status(f"{sc.name} on {target.label}") if args.target == "sim" else contextlib.nullcontext():
         path = target.run(sc, out)

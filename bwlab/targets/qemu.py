@@ -10,6 +10,7 @@ console (ttyS0) is kept in full and checked for kernel splats.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
@@ -19,11 +20,13 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bwlab import results, workloads
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest, policies
 from bwlab.kernel.build import KernelImage
+from bwlab.paths import cache_root
 from bwlab.progress import console
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
 from bwlab.targets import base, plan
@@ -203,13 +206,18 @@ def timer_priority_plan() -> tuple[bool, str]:
     return done.startswith("SCHED_FIFO"), done
 
 
+ACCELS = ("auto", "kvm", "tcg")
+
+
 def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, results: Path,
-                 memory: str = "1G", tsc_reliable: bool = False) -> list[str]:  # fmt: skip
-    """tsc_reliable goes with punctual timers (see prioritize_timers()): with late timers a stable
-    sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a tick),
-    and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0."""
+                 memory: str = "1G", tsc_reliable: bool = False, accel: str = "tcg") -> list[str]:  # fmt: skip
+    """The QEMU command line. `accel`: "tcg" (emulation, multi-threaded) or "kvm" (the host's
+    CPU). tsc_reliable goes with punctual TCG timers (see prioritize_timers()): with late timers
+    a stable sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a
+    tick), and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0."""
+    machine = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     return [
-        QEMU, "-accel", "tcg,thread=multi", "-cpu", "max", "-smp", str(vcpus), "-m", memory,
+        QEMU, *machine, "-smp", str(vcpus), "-m", memory,
         "-nographic", "-no-reboot", "-monitor", "none",
         "-kernel", str(image.bzimage), "-initrd", str(initrd),
         # tsc=reliable: TCG's TSC is the host's, but the clocksource watchdog compares it with
@@ -223,8 +231,12 @@ def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, re
 
 def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
          timeout_s: float, features: list[str] | None = None, plan_text: str | None = None,
-         extra: dict[str, Path] | None = None) -> GuestRun:  # fmt: skip
-    """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt."""
+         extra: dict[str, Path] | None = None, accel: str = "tcg", keep: Path | None = None,
+         show_only: bool = False) -> GuestRun | list[str]:  # fmt: skip
+    """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt.
+
+    `keep`: a directory where the initramfs and plan.sh stay (to boot by hand); `show_only`:
+    build them there and return the QEMU command line instead of running it."""
     if shutil.which(QEMU) is None:
         raise BwlabError(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
     if not image.bzimage.is_file():
@@ -236,7 +248,14 @@ def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, la
         tmp = Path(tmp_name)
         initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan_text, extra)
         fifo, timer_thread = timer_priority_plan()
-        cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=fifo)
+        if keep is not None:
+            keep.mkdir(parents=True, exist_ok=True)
+            initrd = Path(shutil.copy2(initrd, keep / f"{label}.initramfs.cpio"))
+            shutil.copy2(tmp / "root" / "plan.sh", keep / f"{label}.plan.sh")
+        tsc_reliable = fifo and accel == "tcg"
+        cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=tsc_reliable, accel=accel)
+        if show_only:
+            return cmd
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
@@ -264,6 +283,102 @@ def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, la
                     status=status, elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip
 
 
+def run_guest(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
+              timeout_s: float, **kwargs: Any) -> GuestRun:  # fmt: skip
+    """boot() that runs the guest (not show_only)."""
+    run = boot(image, specs, vcpus, log_dir, label, timeout_s, **kwargs)
+    assert isinstance(run, GuestRun)
+    return run
+
+
+# ---- accelerator choice ------------------------------------------------------------------
+# A probe guest (the lab's initramfs with an empty plan) must reach /init within this many
+# seconds under KVM; on a machine where KVM guests hang, --accel auto falls back to TCG after
+# it. A TCG guest reaches /init in ~2 s here, a KVM guest in well under 1 s.
+PROBE_TIMEOUT_S = 15.0
+
+
+@dataclass(frozen=True)
+class Accel:
+    name: str  # "kvm" or "tcg"
+    reason: str  # why: what was asked for, or what the probe found
+
+
+def kvm_device_problem(path: str = "/dev/kvm") -> str | None:
+    """Why /dev/kvm cannot be used, or None if it opens for reading and writing."""
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError as exc:
+        return f"{path}: {exc.strerror}"
+    os.close(fd)
+    return None
+
+
+def _boot_id() -> str:
+    try:
+        return Path("/proc/sys/kernel/random/boot_id").read_text().strip()
+    except OSError:
+        return "unknown"
+
+
+def probe_kvm(image: KernelImage) -> tuple[str | None, bool]:
+    """Boot `image` under KVM with an empty plan: (None if it reached /init within
+    PROBE_TIMEOUT_S, else what happened; whether the probe ran now). Remembered per host boot
+    and kernel, so that a second run does not probe again: ~/.cache/bwlab/accel-probe.json."""
+    memo = cache_root() / "accel-probe.json"
+    key = f"{_boot_id()} {image.key}"
+    try:
+        known = json.loads(memo.read_text())
+    except (OSError, ValueError):
+        known = {}
+    if isinstance(known, dict) and key in known:
+        found = known[key]
+        return (None if found is None else f"{' '.join(str(found).split())} (probed earlier in this host boot)"), False
+    with tempfile.TemporaryDirectory(prefix="bwlab-probe-") as tmp:
+        try:
+            run = run_guest(image, [], 1, Path(tmp), "kvm-probe", PROBE_TIMEOUT_S, plan_text="", accel="kvm")
+        except BwlabError as exc:  # QEMU refused or crashed (e.g. a host CPU it cannot set up)
+            problem: str | None = f"a KVM guest failed to start ({(str(exc).splitlines() or ['?'])[0][:200]})"
+        else:
+            problem = None if run.output.hello else (
+                f"a KVM guest did not reach /init within {PROBE_TIMEOUT_S:g} s" if run.status == "timeout"
+                else f"a KVM guest failed before /init ({run.status})")  # fmt: skip
+    if isinstance(known, dict):
+        memo.parent.mkdir(parents=True, exist_ok=True)
+        tmp_memo = memo.with_suffix(".tmp")
+        tmp_memo.write_text(json.dumps({**known, key: problem}))
+        tmp_memo.replace(memo)
+    return problem, True
+
+
+_CHOSEN: dict[tuple[str, str], Accel] = {}
+
+
+def choose_accel(requested: str, image: KernelImage) -> Accel:
+    """kvm or tcg for `requested` ("auto", "kvm", "tcg"); once per process and kernel, saying
+    once why auto fell back to TCG. --accel kvm where KVM does not work is an error."""
+    if requested not in ACCELS:
+        raise BwlabError(f"--accel {requested!r}: expected one of {', '.join(ACCELS)}")
+    if requested == "tcg":
+        return Accel("tcg", "asked for (--accel tcg)")
+    key = (requested, image.key)
+    if key in _CHOSEN:
+        return _CHOSEN[key]
+    problem, fresh = kvm_device_problem(), True
+    if problem is None:
+        problem, fresh = probe_kvm(image)
+    if problem is None:
+        chosen = Accel("kvm", f"--accel {requested}: a KVM guest reached /init")
+    elif requested == "kvm":
+        raise BwlabError(f"--accel kvm: {problem}; use --accel tcg (or auto)")
+    else:
+        chosen = Accel("tcg", f"--accel auto: {problem}")
+        if fresh:  # said once; later runs in this host boot find it in the result's meta
+            console.print(f"[yellow]note[/yellow]: KVM not used, TCG instead: {problem}", soft_wrap=True)
+    _CHOSEN[key] = chosen
+    return chosen
+
+
 def guest_timeout(specs: list[RunSpec]) -> float:
     """Boot, per-repetition setup under emulation, and 1.5x the nominal workload time."""
     reps = sum(s.repetitions for s in specs)
@@ -285,12 +400,16 @@ class QemuTarget:
     vcpus: int = 2
     policy: str | None = None  # the series' sched_feat switches (kernel/policies.py)
     timeout_s: float | None = None  # default: guest_timeout() of the plan
+    accel: str = "auto"  # "auto", "kvm" or "tcg": see choose_accel()
+    keep: bool = False  # keep the initramfs and plan.sh in OUT/boot/ (to boot by hand)
 
     def __post_init__(self) -> None:
         if self.policy and not self.image.patches:
             raise BwlabError(f"--policy {self.policy} needs a patched kernel; kernel {self.image.key} has no patches")
         if not 1 <= self.vcpus <= 64:
             raise BwlabError(f"--vcpus must be in 1..64, got {self.vcpus}")
+        if self.accel not in ACCELS:
+            raise BwlabError(f"--accel {self.accel!r}: expected one of {', '.join(ACCELS)}")
 
     @property
     def label(self) -> str:
@@ -304,8 +423,14 @@ class QemuTarget:
             spec.workload.require_real()
         features = policies.feature_writes(self.policy) if self.policy else None
         limit = self.timeout_s if self.timeout_s is not None else guest_timeout(specs)
-        with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, kernel {image.key}, limit {limit:.0f} s)"):
-            run = boot(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features)
+        accel = choose_accel(self.accel, image)
+        if accel.name == "kvm":  # not the same machine as a TCG guest: its own result file
+            label += "-kvm"
+        keep = out_dir / "boot" if self.keep else None
+        with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, {accel.name}, kernel {image.key}, "
+                            f"limit {limit:.0f} s)"):  # fmt: skip
+            run = run_guest(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features=features,
+                            accel=accel.name, keep=keep)  # fmt: skip
         if fifo_requested() and not run.timer_thread.startswith("SCHED_FIFO"):
             console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
         hello = run.output.hello
@@ -322,7 +447,8 @@ class QemuTarget:
             "config_hash": image.config_digest,
             "hz": image.hz,
             "vcpus": vcpus,
-            "accel": "tcg",
+            "accel": accel.name,
+            "accel_reason": accel.reason,
             "guest_ncpu": int(hello["ncpu"]) if hello.get("ncpu", "").isdigit() else None,
             "slice_us": int(hello["slice_us"]) if hello.get("slice_us", "").isdigit() else None,
             "cgroup": "cgroup v2 at /sys/fs/cgroup (guest)",
@@ -345,18 +471,34 @@ class QemuTarget:
         base.check_run(cases, meta, path)
         return path
 
+    def command(self, sc: Scenario, out_dir: Path) -> list[str]:
+        """The QEMU command line of this run, its initramfs and plan.sh kept in OUT/boot/: to
+        boot by hand (virtme-ng's --show-command). Nothing runs."""
+        specs = sc.resolve(self.vcpus)
+        for spec in specs:
+            spec.workload.require_real()
+        features = policies.feature_writes(self.policy) if self.policy else None
+        accel = "tcg" if self.accel == "tcg" else ("kvm" if self.accel == "kvm" else
+                                                    choose_accel(self.accel, self.image).name)  # fmt: skip
+        cmd = boot(self.image, specs, self.vcpus, out_dir / "logs", f"{sc.name}-{self.label}", 0, features=features,
+                   accel=accel, keep=out_dir / "boot", show_only=True)  # fmt: skip
+        assert isinstance(cmd, list)
+        return cmd
+
     def run_kselftest(self, test_cpu: Path, out_dir: Path,
                       timeout_s: float = 900.0) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
         """Boot, run test_cpu, write kselftest-LABEL.json; return it and the test results."""
         label = guest_label(self.image.variant_name, None, self.image.hz)
-        run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                   plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu})  # fmt: skip
+        accel = choose_accel(self.accel, self.image)
+        run = run_guest(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
+                        plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu}, accel=accel.name)  # fmt: skip
         record = run.output.records.get((0, 0))
         stdout = record.stdout if isinstance(record, base.RawRep) else ""
         tests = kselftest.parse_tap(stdout)
         meta = results.base_meta("guest", label)
         meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),
-                     "hz": self.image.hz, "vcpus": self.vcpus, "accel": "tcg", "patches": list(self.image.patches),
+                     "hz": self.image.hz, "vcpus": self.vcpus, "accel": accel.name,
+                     "accel_reason": accel.reason, "patches": list(self.image.patches),
                      "console_log": str(run.console), "splats": run.splats[:20],
                      "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread})  # fmt: skip
         doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run.status, "meta": meta,
