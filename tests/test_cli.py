@@ -88,3 +88,11 @@ def test_workloads_lists_every_kind_with_its_parameters() -> None:
         for key in kind.params:
             assert f"    {key} " in proc.stdout
     assert "onoff (simulator only)" in proc.stdout and "argv               strings  required" in proc.stdout
+
+
+def test_reproduce_full_or_quick() -> None:
+    proc = bwlab("reproduce", "--full", "--quick")
+    assert (
+        proc.returncode == 1
+        and proc.stderr == "bwlab: error: --full and --quick: choose one (without --full the run is the quick one)\n"
+    )

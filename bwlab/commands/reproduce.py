@@ -49,7 +49,7 @@ class Job:
     what: str  # scenario name, or "kselftest"
     kernel: Kernel | None = None  # None: the host
     policy: str | None = None
-    overrides: tuple[tuple[str, object], ...] = ()  # the scenario's settings trimmed (--quick)
+    overrides: tuple[tuple[str, object], ...] = ()  # the scenario's settings trimmed (the quick plan)
 
     def describe(self) -> str:
         if self.kernel is None:
@@ -58,8 +58,9 @@ class Job:
         return f"{self.what} in {label}"
 
 
-# --quick: one repetition of every scenario, shortened; the tail of burst's latency needs a
-# few hundred requests, hierarchy is loop-bounded (its duration_s is only a time-out).
+# The quick plan (the default; --full is the whole evaluation): one repetition of every
+# scenario, shortened; the tail of burst's latency needs a few hundred requests, hierarchy is
+# loop-bounded (its duration_s is only a time-out).
 QUICK_DEFAULT: dict[str, object] = {"repetitions": 1, "duration_s": 3}
 QUICK_OVERRIDES: dict[str, dict[str, object]] = {
     # the in-run noise probe (for validate) 1 s before and after the cases instead of 3
@@ -204,11 +205,13 @@ def simulate_and_validate(out: Path) -> None:
 
 
 def cmd_reproduce(args: argparse.Namespace) -> int:
+    if args.full and args.quick:
+        raise BwlabError("--full and --quick: choose one (without --full the run is the quick one)")
     start = time.monotonic()
     out = Path(args.out) if args.out else common.default_out("reproduce")
     source = None if args.no_guest else common.kernel_source_of(args, fetch=True)
     patched = bool(kernel_build.read_series(DEFAULT_SERIES).patches)
-    jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=args.quick)
+    jobs = plan(patched, host=not args.no_host, guest=not args.no_guest, quick=not args.full)
     console.print(f"reproduce: {len(jobs)} runs into {out}")
     failures = run(jobs, source, out, args.vcpus, common.overrides(args), args.accel)
     with contextlib.suppress(BwlabError):  # nothing to summarize when every run failed
