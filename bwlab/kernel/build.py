@@ -152,6 +152,7 @@ class KernelImage:
     hz: int
     build_seconds: float
     flavor: str = ""  # extra config fragments, e.g. "debug"
+    incremental_from: str = ""  # the baseline whose objects the build started from, if any
 
     @property
     def variant_name(self) -> str:
@@ -323,8 +324,33 @@ def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
                              f"(missing dependency or compiler support); see {log}")  # fmt: skip
 
 
+def output_dir(src: Path) -> Path:
+    """A variant's build output: a direct subdirectory of its source tree, so that Kbuild uses
+    the relative srctree '..' in every dependency it records and the output can seed another
+    variant's build (incremental_seed())."""
+    return src / "out"
+
+
+def baseline_of(variant: Variant) -> Variant:
+    """The same source, config and HZ without patches: whose objects a patched build reuses."""
+    return Variant(variant.source, read_series(None), variant.fragments, variant.hz)
+
+
+def incremental_seed(variant: Variant, config: str) -> Path | None:
+    """A finished build output of the unpatched variant whose .config is `config`, or None.
+    A patched variant differs from it in a handful of files: copied with their timestamps
+    into the patched tree, make rebuilds only what the patches touch (and their dependents)."""
+    if not variant.series.patches:
+        return None
+    seed = output_dir(builds_dir() / baseline_of(variant).key / "src")
+    if not (seed / "arch/x86/boot/bzImage").is_file() or not (seed / ".config").is_file():
+        return None
+    return seed if (seed / ".config").read_text() == config else None
+
+
 def build(variant: Variant, jobs: int | None = None) -> KernelImage:
-    """Build the variant's bzImage, or return the cached one."""
+    """Build the variant's bzImage, or return the cached one. A patched variant starts from the
+    baseline's objects when its build tree is there with the same .config (incremental_seed())."""
     existing = cached_image(variant)
     if existing is not None:
         return existing
@@ -338,10 +364,21 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
         log.write_text(f"bwlab build of {variant.key}\n")
         start = time.monotonic()
         src = prepare_tree(variant, work, log)
-        out = work / "out"
-        configure(variant, src, out, log)
+        out = output_dir(src)
+        scratch = work / "config"  # the config alone, to compare with a possible seed's
+        if scratch.exists():
+            shutil.rmtree(scratch)
+        configure(variant, src, scratch, log)
+        seed = incremental_seed(variant, (scratch / ".config").read_text())
+        if seed is not None:
+            with log.open("a") as fh:
+                fh.write(f"\nbwlab: incremental build from {seed} (same .config)\n")
+            run_logged(["cp", "-a", str(seed), str(out)], log, "copy the baseline's build output")
+        else:
+            configure(variant, src, out, log)
+        shutil.rmtree(scratch)
         njobs = jobs or os.cpu_count() or 1
-        with console.status(f"make -j{njobs} bzImage (log: {log})"):
+        with console.status(f"make -j{njobs} bzImage{' (incremental)' if seed else ''} (log: {log})"):
             run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
                         "kernel build")  # fmt: skip
         release = subprocess.run(["make", "-s", "-C", str(src), f"O={out}", "kernelrelease"],
@@ -363,6 +400,7 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
             hz=variant.hz,
             build_seconds=round(time.monotonic() - start, 1),
             flavor=variant.flavor,
+            incremental_from=baseline_of(variant).key if seed is not None else "",
         )
         (dest / "meta.json").write_text(json.dumps(image.metadata(), indent=1))
         return image
