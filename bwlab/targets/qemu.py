@@ -20,7 +20,6 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from bwlab import results, workloads
 from bwlab.errors import BwlabError
@@ -229,33 +228,47 @@ def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, re
     ]  # fmt: skip
 
 
-def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
-         timeout_s: float, features: list[str] | None = None, plan_text: str | None = None,
-         extra: dict[str, Path] | None = None, accel: str = "tcg", keep: Path | None = None,
-         show_only: bool = False) -> GuestRun | list[str]:  # fmt: skip
-    """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt.
-
-    `keep`: a directory where the initramfs and plan.sh stay (to boot by hand); `show_only`:
-    build them there and return the QEMU command line instead of running it."""
+def _prepare(image: KernelImage, specs: list[RunSpec], vcpus: int, tmp: Path, console: Path, records: Path,
+             label: str, features: list[str] | None, plan_text: str | None, extra: dict[str, Path] | None,
+             accel: str, keep: Path | None) -> tuple[list[str], bool, str]:  # fmt: skip
+    """The initramfs (in `tmp`, copied with plan.sh to `keep` if given) and the QEMU command
+    line; whether QEMU's main loop will get SCHED_FIFO, and what to record of it."""
     if shutil.which(QEMU) is None:
         raise BwlabError(f"{QEMU} is not installed (apt-get install qemu-system-x86)")
     if not image.bzimage.is_file():
         raise BwlabError(f"kernel image {image.bzimage} is missing: run 'bwlab kernel build'")
+    initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan_text, extra)
+    fifo, timer_thread = timer_priority_plan()
+    if keep is not None:
+        keep.mkdir(parents=True, exist_ok=True)
+        initrd = Path(shutil.copy2(initrd, keep / f"{label}.initramfs.cpio"))
+        shutil.copy2(tmp / "root" / "plan.sh", keep / f"{label}.plan.sh")
+    tsc_reliable = fifo and accel == "tcg"
+    cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=tsc_reliable, accel=accel)
+    return cmd, fifo, timer_thread
+
+
+def show_command(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str, keep: Path,
+                 features: list[str] | None = None, accel: str = "tcg") -> list[str]:  # fmt: skip
+    """The QEMU command line boot() would run, its initramfs and plan.sh kept in `keep`."""
+    with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
+        cmd, _, _ = _prepare(image, specs, vcpus, Path(tmp_name), log_dir / f"{label}.console.log",
+                             log_dir / f"{label}.results.log", label, features, None, None, accel, keep)  # fmt: skip
+    return cmd
+
+
+def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
+         timeout_s: float, features: list[str] | None = None, plan_text: str | None = None,
+         extra: dict[str, Path] | None = None, accel: str = "tcg", keep: Path | None = None) -> GuestRun:  # fmt: skip
+    """Boot the guest, run the plan, return what came back. Kills QEMU on timeout/interrupt.
+
+    `keep`: a directory where the initramfs and plan.sh stay (to boot by hand)."""
     log_dir.mkdir(parents=True, exist_ok=True)
     console = log_dir / f"{label}.console.log"
     records = log_dir / f"{label}.results.log"
     with tempfile.TemporaryDirectory(prefix="bwlab-guest-") as tmp_name:
-        tmp = Path(tmp_name)
-        initrd = build_initramfs(specs, tmp / "initramfs.cpio", tmp, features, plan_text, extra)
-        fifo, timer_thread = timer_priority_plan()
-        if keep is not None:
-            keep.mkdir(parents=True, exist_ok=True)
-            initrd = Path(shutil.copy2(initrd, keep / f"{label}.initramfs.cpio"))
-            shutil.copy2(tmp / "root" / "plan.sh", keep / f"{label}.plan.sh")
-        tsc_reliable = fifo and accel == "tcg"
-        cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=tsc_reliable, accel=accel)
-        if show_only:
-            return cmd
+        cmd, fifo, timer_thread = _prepare(image, specs, vcpus, Path(tmp_name), console, records, label, features,
+                                           plan_text, extra, accel, keep)  # fmt: skip
         start = time.monotonic()
         proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, start_new_session=True)  # fmt: skip
@@ -281,14 +294,6 @@ def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, la
         status = "failed"
     return GuestRun(output=output, console=console, results=records, splats=splats,
                     status=status, elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip
-
-
-def run_guest(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, label: str,
-              timeout_s: float, **kwargs: Any) -> GuestRun:  # fmt: skip
-    """boot() that runs the guest (not show_only)."""
-    run = boot(image, specs, vcpus, log_dir, label, timeout_s, **kwargs)
-    assert isinstance(run, GuestRun)
-    return run
 
 
 # ---- accelerator choice ------------------------------------------------------------------
@@ -336,7 +341,7 @@ def probe_kvm(image: KernelImage) -> tuple[str | None, bool]:
         return (None if found is None else f"{' '.join(str(found).split())} (probed earlier in this host boot)"), False
     with tempfile.TemporaryDirectory(prefix="bwlab-probe-") as tmp:
         try:
-            run = run_guest(image, [], 1, Path(tmp), "kvm-probe", PROBE_TIMEOUT_S, plan_text="", accel="kvm")
+            run = boot(image, [], 1, Path(tmp), "kvm-probe", PROBE_TIMEOUT_S, plan_text="", accel="kvm")
         except BwlabError as exc:  # QEMU refused or crashed (e.g. a host CPU it cannot set up)
             problem: str | None = f"a KVM guest failed to start ({(str(exc).splitlines() or ['?'])[0][:200]})"
         else:
@@ -415,13 +420,21 @@ class QemuTarget:
     def label(self) -> str:
         return guest_label(self.image.variant_name, self.policy, self.image.hz)
 
+    def _specs(self, sc: Scenario) -> list[RunSpec]:
+        specs = sc.resolve(self.vcpus)
+        for spec in specs:
+            spec.workload.require_real()
+        return specs
+
+    def _features(self) -> list[str] | None:
+        """The sched/features writes of the policy (patched kernels), None without one."""
+        return policies.feature_writes(self.policy) if self.policy else None
+
     def run(self, sc: Scenario, out_dir: Path) -> Path:
         """All cases in one boot."""
         image, vcpus, label = self.image, self.vcpus, self.label
-        specs = sc.resolve(vcpus)
-        for spec in specs:
-            spec.workload.require_real()
-        features = policies.feature_writes(self.policy) if self.policy else None
+        specs = self._specs(sc)
+        features = self._features()
         limit = self.timeout_s if self.timeout_s is not None else guest_timeout(specs)
         accel = choose_accel(self.accel, image)
         if accel.name == "kvm":  # not the same machine as a TCG guest: its own result file
@@ -429,8 +442,8 @@ class QemuTarget:
         keep = out_dir / "boot" if self.keep else None
         with console.status(f"{sc.name} in {label} ({vcpus} vCPUs, {accel.name}, kernel {image.key}, "
                             f"limit {limit:.0f} s)"):  # fmt: skip
-            run = run_guest(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features=features,
-                            accel=accel.name, keep=keep)  # fmt: skip
+            run = boot(image, specs, vcpus, out_dir / "logs", f"{sc.name}-{label}", limit, features=features,
+                       accel=accel.name, keep=keep)  # fmt: skip
         if fifo_requested() and not run.timer_thread.startswith("SCHED_FIFO"):
             console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
         hello = run.output.hello
@@ -473,25 +486,19 @@ class QemuTarget:
 
     def command(self, sc: Scenario, out_dir: Path) -> list[str]:
         """The QEMU command line of this run, its initramfs and plan.sh kept in OUT/boot/: to
-        boot by hand (virtme-ng's --show-command). Nothing runs."""
-        specs = sc.resolve(self.vcpus)
-        for spec in specs:
-            spec.workload.require_real()
-        features = policies.feature_writes(self.policy) if self.policy else None
-        accel = "tcg" if self.accel == "tcg" else ("kvm" if self.accel == "kvm" else
-                                                    choose_accel(self.accel, self.image).name)  # fmt: skip
-        cmd = boot(self.image, specs, self.vcpus, out_dir / "logs", f"{sc.name}-{self.label}", 0, features=features,
-                   accel=accel, keep=out_dir / "boot", show_only=True)  # fmt: skip
-        assert isinstance(cmd, list)
-        return cmd
+        boot by hand (virtme-ng's --show-command). Nothing runs; only auto probes KVM."""
+        specs = self._specs(sc)
+        accel = choose_accel(self.accel, self.image).name if self.accel == "auto" else self.accel
+        return show_command(self.image, specs, self.vcpus, out_dir / "logs", f"{sc.name}-{self.label}",
+                            out_dir / "boot", self._features(), accel)  # fmt: skip
 
     def run_kselftest(self, test_cpu: Path, out_dir: Path,
                       timeout_s: float = 900.0) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
         """Boot, run test_cpu, write kselftest-LABEL.json; return it and the test results."""
         label = guest_label(self.image.variant_name, None, self.image.hz)
         accel = choose_accel(self.accel, self.image)
-        run = run_guest(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                        plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu}, accel=accel.name)  # fmt: skip
+        run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
+                   plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu}, accel=accel.name)  # fmt: skip
         record = run.output.records.get((0, 0))
         stdout = record.stdout if isinstance(record, base.RawRep) else ""
         tests = kselftest.parse_tap(stdout)
