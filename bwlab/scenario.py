@@ -369,24 +369,29 @@ def noise_seconds(specs: list[RunSpec]) -> int:
     return max((s.noise_s for s in specs), default=0)
 
 
+def check_bandwidth(where: str, quota_from: str, quota_us: int | None, burst_us: int) -> None:
+    """Raise what the kernel would refuse: a quota below its 1 ms minimum (`quota_from` says
+    where the quota came from), a burst above the quota or without one."""
+    if quota_us is not None and quota_us < MIN_QUOTA_US:
+        raise BwlabError(
+            f"{where}: {quota_from} is a quota of {quota_us} us; the kernel's minimum is {MIN_QUOTA_US} us"
+        )
+    if burst_us and quota_us is None:
+        raise BwlabError(f"{where}: a burst ({burst_us} us) needs a quota (quota_cpus is 'max')")
+    if quota_us is not None and burst_us > quota_us:
+        raise BwlabError(f"{where}: burst {burst_us} us is above the quota {quota_us} us (the kernel refuses it)")
+
+
 def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[str, Any], ncpu: int) -> RunSpec:
     where = f"{sc.path}: case {case}"
     cg = data.get("cgroup", {})
     period = int(cg.get("period_us", 100000))
     quota_expr = cg.get("quota_cpus", "max")
-    quota = None
-    if quota_expr != "max":
-        quota = round(cpu_value(quota_expr, ncpu, "quota_cpus") * period)
-        if quota < MIN_QUOTA_US:
-            raise BwlabError(f"{where}: quota_cpus={quota_expr!r} at a {period} us period is a quota of {quota} us; "
-                             f"the kernel's minimum is {MIN_QUOTA_US} us")  # fmt: skip
+    quota = None if quota_expr == "max" else round(cpu_value(quota_expr, ncpu, "quota_cpus") * period)
     burst = int(cg.get("burst_us", 0))
     if cg.get("burst_cpus", 0) != 0:
         burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
-    if burst and quota is None:
-        raise BwlabError(f"{where}: a burst ({burst} us) needs a quota (quota_cpus is 'max')")
-    if quota is not None and burst > quota:
-        raise BwlabError(f"{where}: burst {burst} us is above the quota {quota} us (the kernel refuses it)")
+    check_bandwidth(where, f"quota_cpus={quota_expr!r} at a {period} us period", quota, burst)
     cpus_expr = cg.get("cpus", "all")
     cpus = None
     if cpus_expr != "all":
@@ -402,7 +407,7 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         value = wl.get(key, param.default)
         if value is not None:
             values[key] = param.resolve(key, value, ncpu, sc.path.parent)
-    resolved = Resolved(kind=plugin.name, values=values, base_dir=sc.path.parent)
+    resolved = Resolved(kind=plugin.name, values=values)
     argv = plugin.argv(resolved, ncpu, duration) if plugin.runs_on_real else (plugin.name,)
     sides = tuple(
         SideAction(kind=name, interval_us=int(s.get("interval_ms", 100)) * 1000)

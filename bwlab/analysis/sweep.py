@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from bwlab.errors import BwlabError
-from bwlab.scenario import RunSpec
+from bwlab.scenario import RunSpec, check_bandwidth
 from bwlab.stats import mean_sd
 from bwlab.targets import sim
 
@@ -37,10 +37,7 @@ def sweep(spec: RunSpec, base: sim.SimTarget, axes: dict[str, list[Any]], reps: 
         if "slice_us" in point:
             sysctls[sim.SLICE_SYSCTL] = str(int(point["slice_us"]))
         burst = int(point.get("burst_us", spec.burst_us))
-        if quota is not None and quota < 1000:
-            raise BwlabError(f"sweep: quota {quota} us at period {period} us is below 1 ms")
-        if burst and (quota is None or burst > quota):
-            raise BwlabError(f"sweep: burst {burst} us needs a quota of at least as much (quota {quota} us)")
+        check_bandwidth("sweep", f"a point at a {period} us period", quota, burst)
         s = dataclasses.replace(
             spec, period_us=period, quota_us=quota, burst_us=burst, sysctls=sysctls, repetitions=reps
         )

@@ -11,7 +11,7 @@ import json
 import math
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -146,7 +146,6 @@ class Resolved:
 
     kind: str
     values: dict[str, Any]
-    base_dir: Path = field(default=Path("."), compare=False)
 
     def __getitem__(self, key: str) -> Any:
         return self.values[key]
@@ -200,16 +199,11 @@ def duration_arg(duration_s: float) -> str:
     return str(max(1, math.ceil(duration_s)))
 
 
-def workload_doc(stdout: str) -> Any:
-    """A workload's JSON document: the last line of its output (IndexError if there is none,
-    json.JSONDecodeError if that line is not JSON)."""
-    return json.loads(stdout.strip().splitlines()[-1])
-
-
 def json_doc(stdout: str, program: str) -> dict[str, Any]:
-    """The last-line JSON object of `program`'s output, or a one-line error."""
+    """A workload's JSON document: the last line of its output, an object; else a one-line
+    error naming `program`."""
     try:
-        doc = workload_doc(stdout)
+        doc = json.loads(stdout.strip().splitlines()[-1])
     except (IndexError, json.JSONDecodeError) as exc:
         raise BwlabError(f"{program} output is not its JSON document: {exc}") from exc
     if not isinstance(doc, dict):
