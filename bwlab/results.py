@@ -15,7 +15,7 @@ import platform
 import subprocess
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from bwlab.errors import BwlabError
 from bwlab.paths import REPO_ROOT
@@ -78,9 +78,11 @@ class Meta:
         out = {f: getattr(self, f) for f in _META_FIELDS if f != "extra"}
         return {**out, **self.extra}
 
+    # What must agree, beside the label, for two runs to be one row or column of a report.
+    VARIANT_KEYS: ClassVar[tuple[str, ...]] = ("kernel_release", "hz", "vcpus", "slice_us", "accel", "policy")
+
     def variant(self) -> tuple[Any, ...]:
-        """What must agree for two runs to be one column of a report."""
-        return (self.label, self.kernel_release, self.hz, self.vcpus, self.slice_us, self.accel, self.policy)
+        return (self.label, *(getattr(self, k) for k in self.VARIANT_KEYS))
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Meta:

@@ -73,7 +73,7 @@ def test_unlike_runs_never_share_a_row() -> None:
     names = report.distinct_labels([a, b, c])
     assert len(set(names.values())) == 3
     assert "hz=250" in names[id(a)] and "hz=1000" in names[id(b)] and "vcpus=4" in names[id(c)]
-    rows = report.summary_rows([a, b], short=True)
+    rows = report.summary_rows([a, b])
     assert len({label for _, label, _, _ in rows}) == 2
 
 

@@ -18,7 +18,7 @@ from pathlib import Path
 from bwlab import results, stats
 from bwlab.analysis import report
 from bwlab.errors import BwlabError
-from bwlab.results import Result
+from bwlab.results import Case, Result
 
 LEVEL = 0.95
 # Metadata shown when it differs between two compared results.
@@ -79,26 +79,23 @@ def compare_values(scenario: str, label: str, case: str, metric: str, a: Sequenc
     return Comparison(scenario, label, case, metric, a, b, "diff", value, lo, hi)
 
 
-def _values(res: Result, case: str, metric: str) -> list[float]:
-    for c in res.cases:
-        if c.case == case:
-            return [float(v) for r in c.reps if (v := r.metrics.get(metric)) is not None]
-    return []
+def _values(case: Case, metric: str) -> list[float]:
+    return [float(v) for r in case.reps if (v := r.metrics.get(metric)) is not None]
 
 
 def compare_results(a: Result, b: Result, metrics: Sequence[str] | None = None) -> list[Comparison]:
     """Every case the two have in common; `metrics` (default: the report's columns both have)."""
     out = []
-    b_cases = {c.case for c in b.cases}
+    b_cases = {c.case: c for c in b.cases}
+    keys = list(metrics) if metrics else [m.key for m in report.columns()]
     for case in a.cases:
-        if case.case not in b_cases:
+        other = b_cases.get(case.case)
+        if other is None:
             continue
-        keys = list(metrics) if metrics else [
-            m.key for m in report.columns() if _values(a, case.case, m.key) and _values(b, case.case, m.key)
-        ]  # fmt: skip
         for key in keys:
-            out.append(compare_values(a.scenario, a.meta.label, case.case, key, _values(a, case.case, key),
-                                      _values(b, case.case, key)))  # fmt: skip
+            va, vb = _values(case, key), _values(other, key)
+            if metrics or (va and vb):
+                out.append(compare_values(a.scenario, a.meta.label, case.case, key, va, vb))
     return out
 
 
@@ -135,11 +132,6 @@ def pair(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
     return pairs
 
 
-def scale(metric: str) -> float:
-    """The factor from a metric's unit to its report heading's (us -> ms for latencies)."""
-    return next((m.scale for m in report.columns() if m.key == metric), 1.0)
-
-
 def fmt_sample(values: Sequence[float], factor: float = 1.0) -> str:
     """'mean ±stdev (n=N)' in the heading's unit."""
     s = stats.summarize(values)
@@ -155,12 +147,14 @@ def lines(ref: Result, other: Result, found: Sequence[Comparison], significant_o
     out = [f"{ref.scenario}: {ref.meta.label} -> {other.meta.label}" + (f"  ({'; '.join(diffs)})" if diffs else "")]
     cols = {m.key: m for m in report.columns()}
     heads = {k: m.heading or k for k, m in cols.items()}
+    scales = {k: m.scale for k, m in cols.items()}  # a metric's unit -> its heading's (us -> ms)
     width_case = max((len(c.case) for c in found), default=4)
     width_metric = max((len(heads.get(c.metric, c.metric)) for c in found), default=6)
     for c in found:
         if significant_only and not c.significant:
             continue
         out.append(f"  {c.case:{width_case}}  {heads.get(c.metric, c.metric):{width_metric}}  "
-                   f"{fmt_sample(c.a, scale(c.metric))} -> {fmt_sample(c.b, scale(c.metric))}: {c.interval()}, "
+                   f"{fmt_sample(c.a, scales.get(c.metric, 1.0))} -> {fmt_sample(c.b, scales.get(c.metric, 1.0))}: "
+                   f"{c.interval()}, "
                    f"{c.verdict()}")  # fmt: skip
     return out

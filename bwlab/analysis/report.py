@@ -76,12 +76,17 @@ def case_summaries(doc: Result) -> list[tuple[str, dict[str, dict[str, Any]]]]:
     return out
 
 
-def label(doc: Result) -> str:
-    """A run's name with what it ran: 'host (6.18.44)', 'sim-mainline (simulated, HZ=250)'."""
+def what_ran(doc: Result) -> str:
+    """'(6.18.44)', '(simulated, HZ=250)': the kernel a run ran, or the model."""
     meta = doc.meta
     if meta.target == "sim":
-        return f"{meta.label} (simulated, HZ={meta.hz})"
-    return f"{meta.label} ({meta.kernel_release or 'kernel unknown'})"
+        return f"(simulated, HZ={meta.hz})"
+    return f"({meta.kernel_release or 'kernel unknown'})"
+
+
+def label(doc: Result) -> str:
+    """A run's name with what it ran: 'host (6.18.44)', 'sim-mainline (simulated, HZ=250)'."""
+    return f"{doc.meta.label} {what_ran(doc)}"
 
 
 def distinct_labels(docs: list[Result]) -> dict[int, str]:
@@ -99,7 +104,7 @@ def distinct_labels(docs: list[Result]) -> dict[int, str]:
                 names[id(doc)] = lab
                 continue
             others = [d for d in group if d is not doc]
-            diff = [f"{k}={doc.meta.get(k)}" for k in ("kernel_release", "hz", "vcpus", "slice_us", "accel", "policy")
+            diff = [f"{k}={doc.meta.get(k)}" for k in doc.meta.VARIANT_KEYS
                     if any(d.meta.get(k) != doc.meta.get(k) for d in others)]  # fmt: skip
             names[id(doc)] = f"{lab} [{', '.join(diff) or f'run {i + 1}'}]"
     return names
@@ -246,18 +251,15 @@ def _latency_table(sdocs: list[Result], names: dict[int, str], prefix: str, what
     return [*lines, ""]
 
 
-def summary_rows(docs: list[Result], brief: bool = False,
-                 short: bool = False) -> list[tuple[str, str, str, dict[str, str]]]:  # fmt: skip
+def summary_rows(docs: list[Result], brief: bool = False) -> list[tuple[str, str, str, dict[str, str]]]:
     """(scenario, target name, case, {column heading: formatted cell}) for every case."""
     rows = []
     names = distinct_labels(docs)
     cols = columns_for(docs)
     for doc in sorted(docs, key=lambda d: names[id(d)]):
-        name = names[id(doc)]
         for case, metrics in case_summaries(doc):
             cells = {m.heading or m.key: _fmt(metrics[m.key], m.scale, brief) for m in cols if m.key in metrics}
-            rows.append((doc.scenario, name if short else f"{name} {label(doc).removeprefix(doc.meta.label).strip()}",
-                         case, cells))  # fmt: skip
+            rows.append((doc.scenario, names[id(doc)], case, cells))
     return rows
 
 
@@ -311,13 +313,13 @@ def write_report(directory: Path) -> Path:
             meta = doc.meta
             accel = f", {meta.accel}" if meta.accel else ""
             lines.append(
-                f"- **{names[id(doc)]}** {label(doc).removeprefix(meta.label).strip()}: status {doc.status}, "
+                f"- **{names[id(doc)]}** {what_ran(doc)}: status {doc.status}, "
                 f"{meta.vcpus} CPUs{accel}, HZ={meta.hz}, slice {meta.slice_us} µs, {meta.get('cgroup')}, "
                 f"series {meta.get('series_hash') or '-'}, config {meta.get('config_hash') or '-'}, "
                 f"bwlab {meta.bwlab_revision}, {meta.date}"
             )
         lines.append("")
-        rows = summary_rows(sdocs, short=True)
+        rows = summary_rows(sdocs)
         heads = [m.heading or m.key for m in columns_for(sdocs)]
         lines.append("| target | case | " + " | ".join(heads) + " |")
         lines.append("|---|---|" + "---|" * len(heads))

@@ -89,7 +89,7 @@ def print_summary(directory: Path) -> None:
     docs = results.load_dir(directory)
     for sc_name in sorted({d.scenario for d in docs if d.cases}):
         sdocs = [d for d in docs if d.scenario == sc_name]
-        rows = report.summary_rows(sdocs, brief=True, short=True)
+        rows = report.summary_rows(sdocs, brief=True)
         heads = [m.heading or m.key for m in report.columns_for(sdocs) if m.console or m.key not in report.declared()]
         heads = [h for h in heads if any(h in c for *_, c in rows)]
         table = Table(title=f"{sc_name}: mean ±stdev over repetitions")
