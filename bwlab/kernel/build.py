@@ -365,18 +365,13 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
         start = time.monotonic()
         src = prepare_tree(variant, work, log)
         out = output_dir(src)
-        scratch = work / "config"  # the config alone, to compare with a possible seed's
-        if scratch.exists():
-            shutil.rmtree(scratch)
-        configure(variant, src, scratch, log)
-        seed = incremental_seed(variant, (scratch / ".config").read_text())
-        if seed is not None:
+        configure(variant, src, out, log)
+        seed = incremental_seed(variant, (out / ".config").read_text())
+        if seed is not None:  # the same configuration, built: start from its objects
             with log.open("a") as fh:
                 fh.write(f"\nbwlab: incremental build from {seed} (same .config)\n")
+            shutil.rmtree(out)
             run_logged(["cp", "-a", str(seed), str(out)], log, "copy the baseline's build output")
-        else:
-            configure(variant, src, out, log)
-        shutil.rmtree(scratch)
         njobs = jobs or os.cpu_count() or 1
         with console.status(f"make -j{njobs} bzImage{' (incremental)' if seed else ''} (log: {log})"):
             run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
