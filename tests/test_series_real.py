@@ -141,11 +141,14 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
     names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite")
     lags = ("test_cpucg_latency_awareness_files", "test_cpucg_load_credit", "test_cpucg_latency_awareness_fair_share",
             "test_cpucg_latency_awareness_fair_share_bursty")  # fmt: skip
-    if any(patched[n] != "pass" for n in names + lags):
+    for boot in range(2):
+        if all(patched[n] == "pass" for n in names + lags):
+            break
         # Under QEMU TCG a vCPU can stall for milliseconds (the guest logs "clocksource:
-        # Watchdog remote CPU 1 read timed out"); once in about six CI runs that throttled the
-        # patched kernel in 11 of 203 periods. One more boot; it must pass then.
-        patched = _kselftest(patched_key, tmp_path / "patched-again")
+        # Watchdog remote CPU 1 read timed out"): once in about six CI runs that throttled the
+        # patched kernel in 11 of 203 periods, and latency_awareness_fair_share failed in 2 of
+        # 8 boots on the lab's machine (docs/lags.md). Up to two more boots; one must pass all.
+        patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}")
     for name in names:
         assert base[name] == "fail", base
         assert patched[name] == "pass", patched
