@@ -56,6 +56,13 @@ def add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
 
 
+def target_arg(value: str) -> str:
+    """host, guest, sim or an ssh:// URL (checked in full by the ssh target)."""
+    if value in ("host", "guest", "sim") or value.startswith("ssh://"):
+        return value
+    raise argparse.ArgumentTypeError(f"{value!r}: expected host, guest, sim or ssh://[user@]host[:port]")
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = Parser(prog="bwlab", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
@@ -128,7 +135,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one scenario on the host, in a guest or in the simulator")
     p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
-    p.add_argument("--target", choices=("host", "guest", "sim"), default="host")
+    p.add_argument("--target", type=target_arg, default="host", metavar="{host,guest,sim,ssh://[user@]host[:port]}",
+                   help="where it runs (default host); ssh://: a machine as root over the OpenSSH client")  # fmt: skip
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
     p.add_argument("--kernel", metavar="KEY", help="guest: a built kernel by key (bwlab kernel list)")
     add_variant_args(p)
     add_sim_args(p, hz=False)
@@ -165,6 +174,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--out", metavar="DIR")
     p.add_argument("--expect-fail", action="store_true", help="exit 0 even if tests fail (baseline runs)")
     p.add_argument("--accel", choices=ACCELS, default="auto", help="kvm, tcg, or auto (the default)")
+    p.add_argument("--target", type=target_arg, default="guest", metavar="{guest,ssh://[user@]host[:port]}",
+                   help="a guest of the built kernel (default), or a machine as root over ssh")  # fmt: skip
+    p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
     p.set_defaults(func=kselftest_cmd.cmd_kselftest)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")

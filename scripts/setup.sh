@@ -9,6 +9,7 @@ PACKAGES=(
   build-essential flex bison bc libelf-dev libssl-dev            # kernel build
   cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
   git perl                                                       # git am, checkpatch.pl
+  openssh-client openssh-server                                  # the ssh:// target and its tests
 )
 
 SUDO=""

@@ -12,10 +12,21 @@ from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest
 from bwlab.progress import console, step
 from bwlab.targets.qemu import QemuTarget
+from bwlab.targets.ssh import Remote, SshTarget
 
 
 def cmd_kselftest(args: argparse.Namespace) -> int:
-    target = QemuTarget(common.guest_image(args), args.vcpus, accel=args.accel)
+    target: QemuTarget | SshTarget
+    if args.target.startswith("ssh://"):
+        if args.kernel or args.accel != "auto":
+            raise BwlabError("--kernel and --accel apply to guests; over ssh test_cpu runs on the kernel booted there")
+        target = SshTarget(Remote.parse(args.target, args.ssh_config))
+    elif args.target == "guest":
+        if args.ssh_config:
+            raise BwlabError("--ssh-config applies to --target ssh://... only")
+        target = QemuTarget(common.guest_image(args), args.vcpus, accel=args.accel)
+    else:
+        raise BwlabError(f"--target {args.target}: kselftest runs in a guest or over ssh://")
     if args.tests_tree:
         test_cpu = kselftest.build_test_cpu(Path(args.tests_tree))
     else:
@@ -23,7 +34,9 @@ def cmd_kselftest(args: argparse.Namespace) -> int:
             test_cpu = kselftest.series_test_cpu(common.kernel_source_of(args, fetch=False))
     out = Path(args.out) if args.out else common.default_out("kselftest")
     label = target.label
-    with console.status(f"test_cpu in {label} ({args.vcpus} vCPUs, kernel {target.image.key})"):
+    where = (f"{args.vcpus} vCPUs, kernel {target.image.key}" if isinstance(target, QemuTarget)
+             else target.remote.url)  # fmt: skip
+    with console.status(f"test_cpu on {label} ({where})"):
         path, tests = target.run_kselftest(test_cpu, out)
     table = Table(title=f"test_cpu on {label}")
     table.add_column("test")

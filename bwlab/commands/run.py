@@ -16,6 +16,7 @@ from bwlab.progress import console
 from bwlab.targets.base import Target
 from bwlab.targets.host import HostTarget
 from bwlab.targets.qemu import QemuTarget
+from bwlab.targets.ssh import Remote, SshTarget
 
 
 def target_of(args: argparse.Namespace) -> Target:
@@ -28,11 +29,15 @@ def target_of(args: argparse.Namespace) -> Target:
     if args.target == "sim":
         return sim_target(args)
     if args.policy and args.target == "host":
-        raise BwlabError("--policy applies to patched guests and the simulator, not the host")
+        raise BwlabError("--policy applies to patched guests, ssh:// machines and the simulator, not the host")
     if args.target != "guest" and (args.show_command or args.keep or args.accel != "auto"):
         raise BwlabError("--accel, --show-command and --keep apply to --target guest only")
+    if args.ssh_config and not args.target.startswith("ssh://"):
+        raise BwlabError("--ssh-config applies to --target ssh://... only")
     if args.target == "host":
         return HostTarget()
+    if args.target.startswith("ssh://"):
+        return SshTarget(Remote.parse(args.target, args.ssh_config), args.policy, args.timeout)
     return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel, args.keep)
 
 

@@ -74,16 +74,17 @@ def build_test_cpu(tree: Path) -> Path:
     return out
 
 
-def plan(args: list[str]) -> str:
-    """Guest shell: run test_cpu, send its TAP output and exit code on the results channel."""
-    argv = " ".join(shlex.quote(a) for a in ["/bin/test_cpu", *args])
+def plan(args: list[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp") -> str:
+    """Plan shell: run test_cpu from `bin_dir`, send its TAP output and exit code as records
+    on fd 3 (see targets/plan.py)."""
+    argv = " ".join(shlex.quote(a) for a in [f"{bin_dir}/test_cpu", *args])
     return "\n".join([
         "set +e",
-        f"{argv} > /tmp/out 2>&1",
+        f"{argv} > {tmp_dir}/out 2>&1",
         "RC=$?",
         "echo 'BWLAB-BEGIN 0 0' >&3",
         "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
-        "echo 'BWLAB-SECTION stdout' >&3; cat /tmp/out >&3",
+        f"echo 'BWLAB-SECTION stdout' >&3; cat {tmp_dir}/out >&3",
         "echo 'BWLAB-END 0 0' >&3",
     ]) + "\n"  # fmt: skip
 

@@ -15,6 +15,10 @@ from bwlab.scenario import RunSpec, Scenario
 from bwlab.workloads import noise
 from bwlab.workloads.base import json_doc
 
+# Besides a workload kind's programs, every target that runs the plan carries the rewrite side
+# action's writer and the noise probe.
+LAB_PROGRAMS = ("cgwrite", "noise")
+
 
 class Target(Protocol):
     """Where a scenario runs: the running kernel, a guest, a simulated machine."""

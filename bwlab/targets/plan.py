@@ -25,15 +25,99 @@ CGROUP_ROOT = "/sys/fs/cgroup"
 SCHED_FEATURES = "/sys/kernel/debug/sched/features"
 
 
-def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_root: str = CGROUP_ROOT,
-                bin_dir: str = "/bin") -> str:  # fmt: skip
-    """The scenario as straight-line busybox shell writing records to fd 3 (ttyS1).
+@dataclass(frozen=True)
+class Layout:
+    """Where a plan makes its groups. v2: one directory per group under `cpu` (the unified
+    root, cpu controller enabled there), cpu.max. v1: a directory in each hierarchy it needs
+    (`cpu`; `cpuacct` unless co-mounted with cpu; `cpuset` for a case with cpus), the
+    cpu.cfs_*_us files, and cpuacct.usage next to cpu.stat (the host target's Group does the
+    same, see cgroup.py)."""
+
+    version: int = 2
+    cpu: str = CGROUP_ROOT
+    cpuacct: str | None = None  # v1 only; None: co-mounted with cpu (or absent)
+    cpuset: str | None = None  # v1 only
+
+    def describe(self) -> str:
+        return f"cgroup v{self.version} at {self.cpu}"
+
+    def roots(self) -> list[str]:
+        """Every hierarchy a group may have a directory in."""
+        return [r for r in (self.cpu, self.cpuacct, self.cpuset) if r is not None]
+
+
+@dataclass(frozen=True)
+class GroupShell:
+    """The shell of one repetition's group: what makes it, where its tasks go, what a rewrite
+    writes, what prints its cpu.stat, and its top directories (removed deepest first)."""
+
+    make: list[str]
+    leaves: list[str]
+    bandwidth_file: str
+    bandwidth_value: str
+    stat: str
+    dirs: list[str]
+
+
+def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
+    """Group `name` with the spec's limits (nested `depth` deep, the same limits at every
+    level, tasks in the deepest) in `layout`."""
+    q = shlex.quote
+    if layout.version == 2:
+        g = f"{layout.cpu}/{name}"
+        bw_value = f"{spec.quota_us if spec.quota_us is not None else 'max'} {spec.period_us}"
+        lines, leaf = [], g
+        for level in range(1, spec.depth + 1):
+            if level > 1:
+                ctl = "+cpu" + (" +cpuset" if spec.cpus is not None else "")
+                lines.append(f"echo {q(ctl)} > {leaf}/cgroup.subtree_control")
+                leaf = f"{leaf}/l{level}"
+            lines += [f"mkdir {leaf}", f"echo {q(bw_value)} > {leaf}/cpu.max"]
+            if spec.burst_us:
+                lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
+            if spec.cpus is not None:
+                lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
+        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g])
+    if spec.cpus is not None and layout.cpuset is None:
+        raise BwlabError(f"case {spec.case} asks for cpus but the machine has no v1 cpuset hierarchy")
+    quota = str(spec.quota_us) if spec.quota_us is not None else "-1"
+    roots = [layout.cpu, *([layout.cpuacct] if layout.cpuacct else []),
+             *([layout.cpuset] if spec.cpus is not None and layout.cpuset else [])]  # fmt: skip
+    lines = []
+    for level in range(1, spec.depth + 1):
+        sub = "/".join([name, *(f"l{k}" for k in range(2, level + 1))])
+        lines += [f"mkdir {root}/{sub}" for root in roots]
+        lines += [f"echo {spec.period_us} > {layout.cpu}/{sub}/cpu.cfs_period_us",
+                  f"echo {quota} > {layout.cpu}/{sub}/cpu.cfs_quota_us"]  # fmt: skip
+        if spec.burst_us:
+            lines.append(f"echo {spec.burst_us} > {layout.cpu}/{sub}/cpu.cfs_burst_us")
+        if spec.cpus is not None:
+            lines += [f"echo {spec.cpus} > {layout.cpuset}/{sub}/cpuset.cpus",
+                      f"cat {layout.cpuset}/cpuset.mems > {layout.cpuset}/{sub}/cpuset.mems"]  # fmt: skip
+    leaves = [f"{root}/{sub}" for root in roots]  # `sub` is the deepest level now
+    acct = layout.cpuacct or layout.cpu
+    stat = f'{{ cat {layout.cpu}/{name}/cpu.stat; echo "cpuacct_usage_ns $(cat {acct}/{name}/cpuacct.usage)"; }}'
+    return GroupShell(lines, leaves, f"{layout.cpu}/{name}/cpu.cfs_quota_us", quota, stat,
+                      [f"{root}/{name}" for root in roots])  # fmt: skip
+
+
+def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout: Layout | None = None,
+                bin_dir: str = "/bin", tmp_dir: str = "/tmp", prefix: str = "bwlab-",
+                restore: bool = False) -> str:  # fmt: skip
+    """The scenario as straight-line POSIX shell writing records to fd 3.
 
     `features` are written to sched/features first (a bandwidth policy, see kernel/policies.py).
-    Groups are made under `cgroup_root` (cgroup v2, cpu controller enabled there); programs
-    are run from `bin_dir`."""
+    Groups PREFIX<case>-<rep> are made in `layout` (default: cgroup v2 at /sys/fs/cgroup, a
+    guest's); programs are run from `bin_dir`, scratch files go to `tmp_dir`. `restore`: what
+    the plan changes besides its groups (sched features, sysctls) it first saves as commands
+    in `tmp_dir`/restore.sh, for whoever cleans up after a plan cut short (a guest reboots)."""
     q = shlex.quote
+    layout = layout or Layout()
+    t = tmp_dir
     lines = ["# generated by bwlab: one block per case and repetition", "set +e"]
+    if features and restore:
+        saved = f'for f in $(cat {SCHED_FEATURES}); do echo "echo $f > {SCHED_FEATURES}"; done'
+        lines.append(f"{saved} >> {t}/restore.sh")
     for feat in features or []:
         lines.append(f"echo {feat} > {SCHED_FEATURES} || echo 'BWLAB-ERROR sched_feature {feat} not accepted' >&3")
     lines.append(f'echo "BWLAB-FEATURES $(cat {SCHED_FEATURES} 2>/dev/null)" >&3')
@@ -41,44 +125,37 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_
     # the machine as the simulator should see it, in this boot, before and after the cases
     # (see runner.machine_noise)
     probe = " ".join(noise.probe_argv(noise_s, "$(nproc)"))
-    noise_block = (f"echo 'BWLAB-NOISE-BEGIN' >&3; {bin_dir}/{probe} > /tmp/noise 2>&1; "
-                   "cat /tmp/noise >&3; echo 'BWLAB-NOISE-END' >&3")  # fmt: skip
+    noise_block = (f"echo 'BWLAB-NOISE-BEGIN' >&3; {bin_dir}/{probe} > {t}/noise 2>&1; "
+                   f"cat {t}/noise >&3; echo 'BWLAB-NOISE-END' >&3")  # fmt: skip
     if noise_s:
         lines.append(noise_block)
     for ci, spec in enumerate(specs):
         for name in spec.sysctls:
             lines.append(f"OLD_{ci}_{_ident(name)}=$(cat {sysctl_path(name)})")
+            if restore:
+                lines.append(f'echo "echo $OLD_{ci}_{_ident(name)} > {sysctl_path(name)}" >> {t}/restore.sh')
         for name, value in spec.sysctls.items():
             lines.append(f"echo {q(value)} > {sysctl_path(name)} || echo 'BWLAB-ERROR sysctl {name}' >&3")
-        bw_value = f"{spec.quota_us if spec.quota_us is not None else 'max'} {spec.period_us}"
         for rep in range(spec.repetitions):
-            g = f"{cgroup_root}/bwlab-{ci}-{rep}"
+            name = f"{prefix}{ci}-{rep}"
+            grp = group_shell(layout, name, spec)
             lines.append(f"# case {spec.case} rep {rep}")
-            leaf = g
-            for level in range(1, spec.depth + 1):
-                if level > 1:  # nested: the same limits at every level, tasks in the deepest
-                    ctl = "+cpu" + (" +cpuset" if spec.cpus is not None else "")
-                    lines.append(f"echo {q(ctl)} > {leaf}/cgroup.subtree_control")
-                    leaf = f"{leaf}/l{level}"
-                lines += [f"mkdir {leaf}", f"echo {q(bw_value)} > {leaf}/cpu.max"]
-                if spec.burst_us:
-                    lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
-                if spec.cpus is not None:
-                    lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
+            lines += grp.make
             for si, side in enumerate(spec.sides):
-                lines.append(f"{bin_dir}/cgwrite {g}/cpu.max {q(bw_value)} {side.interval_us} "
-                             f"> /tmp/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
+                lines.append(f"{bin_dir}/cgwrite {grp.bandwidth_file} {q(grp.bandwidth_value)} {side.interval_us} "
+                             f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
             program = program_path(spec.workload.argv[0], bin_dir)
-            argv = " ".join(q(a) for a in (program, *spec.workload.args(leaf, rep)))
+            argv = " ".join(q(a) for a in (program, *spec.workload.args(grp.leaves[0], rep)))
+            join = " && ".join(f"echo $$ > {leaf}/cgroup.procs" for leaf in grp.leaves)
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
-                f"echo 'BWLAB-SECTION stat_before' >&3; cat {g}/cpu.stat >&3",
+                f"echo 'BWLAB-SECTION stat_before' >&3; {grp.stat} >&3",
                 *(["echo 0 > /proc/lock_stat 2>/dev/null"] if spec.lock_classes else []),
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
-                f"sh -c 'echo $$ > {leaf}/cgroup.procs && exec \"$@\"' sh {argv} > /tmp/out 2> /tmp/err",
+                f"sh -c '{join} && exec \"$@\"' sh {argv} > {t}/out 2> {t}/err",
                 "RC=$?",
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
-                f"echo 'BWLAB-SECTION stat_after' >&3; cat {g}/cpu.stat >&3",
+                f"echo 'BWLAB-SECTION stat_after' >&3; {grp.stat} >&3",
                 *(
                     [
                         "echo 'BWLAB-SECTION lock_stat' >&3; grep -F ': ' /proc/lock_stat | grep -F -e "
@@ -92,13 +169,14 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, cgroup_
             ]
             for si in range(len(spec.sides)):
                 lines += [f"kill $SIDE{si}; wait $SIDE{si}",
-                          f"echo 'BWLAB-SECTION side{si}' >&3; cat /tmp/side{si} >&3"]  # fmt: skip
+                          f"echo 'BWLAB-SECTION side{si}' >&3; cat {t}/side{si} >&3"]  # fmt: skip
             lines += [
-                "echo 'BWLAB-SECTION stdout' >&3; cat /tmp/out >&3",
-                "echo 'BWLAB-SECTION stderr' >&3; tail -n 20 /tmp/err >&3",
+                f"echo 'BWLAB-SECTION stdout' >&3; cat {t}/out >&3",
+                f"echo 'BWLAB-SECTION stderr' >&3; tail -n 20 {t}/err >&3",
                 f"echo 'BWLAB-END {ci} {rep}' >&3",
-                f"find {g} -depth -type d -exec rmdir {{}} \\; 2>/dev/null || rmdir {g}",
             ]
+            for g in grp.dirs:
+                lines.append(f"find {g} -depth -type d -exec rmdir {{}} \\; 2>/dev/null || rmdir {g}")
         for name in spec.sysctls:
             lines.append(f"echo $OLD_{ci}_{_ident(name)} > {sysctl_path(name)}")
     if noise_s:

@@ -32,14 +32,11 @@ from bwlab.targets import base, plan
 from bwlab.workloads import programs
 
 QEMU = "qemu-system-x86_64"
-# Besides the workload kinds' programs, every guest carries the rewrite side action's writer
-# and the noise probe.
-LAB_PROGRAMS = ("cgwrite", "noise")
 
 
 def guest_programs() -> tuple[str, ...]:
     """What every guest carries, so that a scenario can use any workload kind."""
-    return tuple(sorted({*workloads.all_programs(), *LAB_PROGRAMS}))
+    return tuple(sorted({*workloads.all_programs(), *base.LAB_PROGRAMS}))
 
 
 # Console lines that make a run fail: kernel bugs, warnings, oopses, lockdep, RCU stalls.
