@@ -225,3 +225,28 @@ def test_qemu_command_per_accelerator(tmp_path: Path) -> None:
     with pytest.raises(BwlabError, match="--accel 'fast': expected one of auto, kvm, tcg"):
         qemu.choose_accel("fast", image)
     assert qemu.kvm_device_problem(str(tmp_path / "kvm")) == f"{tmp_path / 'kvm'}: No such file or directory"
+
+
+def test_several_scenarios_split_into_their_own_records() -> None:
+    """render_plans: one part per scenario, features written once; split_scenarios gives each
+    its records, the boot's HELLO, and done only if the next part began or the plan ended."""
+    from bwlab.targets.plan import render_plans, split_scenarios
+
+    a = scenario.load(scenario.builtin_path("table2")).resolve(2)[:1]
+    b = scenario.load(scenario.builtin_path("cglat")).resolve(2)[:1]
+    text = render_plans([a, b], ["NO_LAGS"])
+    assert text.count("BWLAB-SCENARIO") == 2 and text.count("echo NO_LAGS") == 1
+    stream = ("BWLAB-HELLO release=7.3.4 ncpu=2\nBWLAB-FEATURES LAGS\nBWLAB-SCENARIO 0\n" + RECORD.format(0, 0)
+              + "BWLAB-SCENARIO 1\n" + RECORD.format(0, 0))  # fmt: skip
+    first, second = split_scenarios(stream, 2)
+    assert first.hello["release"] == "7.3.4" and second.hello["ncpu"] == "2" and second.features == "LAGS"
+    assert set(first.records) == set(second.records) == {(0, 0)}
+    assert first.done and not second.done  # the boot never said BWLAB-DONE
+    assert split_scenarios(stream + "BWLAB-DONE\n", 2)[1].done
+    cut = split_scenarios("BWLAB-HELLO ncpu=2\nBWLAB-SCENARIO 0\nBWLAB-BEGIN 0 0\n", 2)
+    assert cut[0].records == {} and not cut[0].done and not cut[1].done
+
+
+RECORD = ("BWLAB-BEGIN {0} {1}\nBWLAB-SECTION stat_before\nusage_usec 0\nBWLAB-SECTION t0\n1.0 0\n"
+          "BWLAB-SECTION t1\n2.0 0\nBWLAB-SECTION stat_after\nusage_usec 5\nBWLAB-SECTION rc\n0\n"
+          "BWLAB-END {0} {1}\n")  # fmt: skip

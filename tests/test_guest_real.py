@@ -160,3 +160,32 @@ def test_show_command_boots_nothing(kernel_key: str, tmp_path: Path) -> None:
     assert Path(cmd[cmd.index("-initrd") + 1]).is_file()
     assert (tmp_path / "boot" / "table2-10ms-guest-baseline.plan.sh").is_file()
     assert not list(tmp_path.glob("*.json"))  # nothing ran
+
+
+def test_several_scenarios_in_one_boot(kernel_key: str, tmp_path: Path) -> None:
+    """QemuTarget.run_all (the quick reproduce plan): one boot, one result per scenario with its
+    own records and noise probes; a scenario whose program fails marks only its own result."""
+    from bwlab import scenario
+    from bwlab.errors import BwlabError
+    from bwlab.kernel.build import list_images
+
+    (image,) = [img for img in list_images() if img.key == kernel_key]
+    table2 = scenario.load(DATA / "table2-10ms.toml", {"duration_s": 3})
+    failing = tmp_path / "fails.toml"  # busybox false: exits 1, which fails the repetition
+    failing.write_text('name = "fails"\nrepetitions = 1\nduration_s = 1\n[cgroup]\nperiod_us = 10000\n'
+                       'quota_cpus = 1\n[workload]\nkind = "command"\nargv = ["false"]\n')  # fmt: skip
+    cglat = scenario.load(scenario.find("cglat"), {"repetitions": 1, "duration_s": 2})
+    target = qemu.QemuTarget(image, accel="tcg")
+    with pytest.raises(BwlabError, match=r"^fails: .*false exited 1"):
+        target.run_all([table2, scenario.load(failing), cglat], tmp_path)
+    boots = list((tmp_path / "logs").glob("*.console.log"))
+    assert [p.name for p in boots] == ["table2-10ms-and-2-more-guest-baseline.console.log"]
+    docs = {p.stem: json.loads(p.read_text()) for p in tmp_path.glob("*.json")}
+    assert set(docs) == {"table2-10ms-guest-baseline", "fails-guest-baseline", "cglat-guest-baseline"}
+    t2, bad, cg = docs["table2-10ms-guest-baseline"], docs["fails-guest-baseline"], docs["cglat-guest-baseline"]
+    assert t2["status"] == "ok" and cg["status"] == "ok" and bad["status"] == "ok"  # the boot itself was fine
+    assert t2["cases"][0]["reps"][0]["metrics"]["throttled_pct"] > 20 and len(t2["meta"]["noise"]) == 2
+    assert "noise" not in cg["meta"] and len(cg["cases"]) == len(cglat.resolve(2))
+    assert all(r["metrics"]["p99_us"] > 0 for c in cg["cases"] for r in c["reps"])
+    assert "exited 1" in bad["cases"][0]["reps"][0]["error"]
+    assert t2["meta"]["elapsed_s"] == cg["meta"]["elapsed_s"]  # the same boot

@@ -86,3 +86,22 @@ def test_a_failed_run_does_not_stop_the_rest(tmp_path: Path) -> None:
     assert failures[0].startswith("no-such-scenario on host: unknown scenario 'no-such-scenario'")
     assert failures[1] == "table2 in guest-baseline: guest runs need the kernel source"
     assert (tmp_path / "report.md").is_file() and (tmp_path / "table2-sim-all.json").is_file()
+
+
+def test_quick_plan_boots_each_kernel_once() -> None:
+    """Consecutive guest jobs of one kernel and policy share a boot in the quick plan; the host's
+    runs and the full plan's stay one per run; a kselftest never shares."""
+    quick = reproduce.plan(patched=True, host=True, guest=True, quick=True)
+    batches = reproduce.batches(quick, one_boot=True)
+    guests = [b for b in batches if b[0].kernel is not None]
+    kernels = [(b[0].kernel.patched if b[0].kernel else None, b[0].policy) for b in guests]
+    assert kernels == [(False, None), (True, "all")]
+    assert sum(len(b) for b in guests) == sum(1 for j in quick if j.kernel is not None)
+    assert all(len(b) == 1 for b in batches if b[0].kernel is None)
+    full = reproduce.plan(patched=True, host=True, guest=True, quick=False)
+    assert all(len(b) == 1 for b in reproduce.batches(full, one_boot=False))
+    kernel = reproduce.Kernel(False)
+    mixed = [reproduce.Job("table2", kernel), reproduce.Job("kselftest", kernel), reproduce.Job("cglat", kernel),
+             reproduce.Job("burst", kernel), reproduce.Job("burst", kernel, "all")]  # fmt: skip
+    assert [[j.what for j in b] for b in reproduce.batches(mixed, one_boot=True)] == [
+        ["table2"], ["kselftest"], ["cglat", "burst"], ["burst"]]  # fmt: skip

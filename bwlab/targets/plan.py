@@ -4,7 +4,8 @@ BWLAB- record protocol it writes to file descriptor 3.
 Records: `BWLAB-HELLO k=v ...` (the machine), `BWLAB-FEATURES ...` (sched/features),
 `BWLAB-NOISE-BEGIN` ... `BWLAB-NOISE-END` (a noise probe's output), per repetition
 `BWLAB-BEGIN CASE REP`, `BWLAB-SECTION NAME` + lines, `BWLAB-END CASE REP`, `BWLAB-ERROR ...`
-and `BWLAB-DONE` at the end. A target that can run a shell with cgroup v2 (a guest, a
+and `BWLAB-DONE` at the end. Several scenarios in one boot: each one's part begins with
+`BWLAB-SCENARIO INDEX` (render_plans, split_scenarios). A target that can run a shell with cgroup v2 (a guest, a
 machine over SSH) runs the plan and parses the stream; nothing else is scraped.
 """
 
@@ -182,6 +183,38 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     if noise_s:
         lines.append(noise_block)
     return "\n".join(lines) + "\n"
+
+
+def render_plans(spec_lists: list[list[RunSpec]], features: list[str] | None = None) -> str:
+    """Several scenarios' plans one after the other, in one boot: the policy's features are
+    written once, first; each part begins with a BWLAB-SCENARIO record."""
+    parts = []
+    for k, specs in enumerate(spec_lists):
+        parts.append(f"echo 'BWLAB-SCENARIO {k}' >&3\n" + render_plan(specs, features if k == 0 else None))
+    return "".join(parts)
+
+
+def split_scenarios(text: str, count: int) -> list[PlanOutput]:
+    """The record stream of render_plans() as one PlanOutput per scenario: each has the boot's
+    HELLO and features; a part is done when the next one began or the whole plan was."""
+    head: list[str] = []
+    parts: list[list[str]] = [[] for _ in range(count)]
+    current: list[str] | None = None
+    for line in text.replace("\r", "").splitlines():
+        if line.startswith("BWLAB-SCENARIO "):
+            index = line.split()[1]
+            current = parts[int(index)] if index.isdigit() and int(index) < count else None
+            continue
+        (current if current is not None else head).append(line)
+    whole = parse_records(text)
+    outputs = []
+    for k, lines in enumerate(parts):
+        out = parse_records("\n".join(head + lines))
+        out.hello = whole.hello
+        out.features = out.features or whole.features
+        out.done = whole.done or any(parts[j] for j in range(k + 1, count))
+        outputs.append(out)
+    return outputs
 
 
 def program_path(argv0: str, bin_dir: str) -> str:
