@@ -355,6 +355,7 @@ def probe_kvm(image: KernelImage) -> tuple[str | None, bool]:
 
 
 _CHOSEN: dict[tuple[str, str], Accel] = {}
+_SAID: set[str] = set()  # fallback reasons already printed by this process
 
 
 def choose_accel(requested: str, image: KernelImage) -> Accel:
@@ -376,7 +377,8 @@ def choose_accel(requested: str, image: KernelImage) -> Accel:
         raise BwlabError(f"--accel kvm: {problem}; use --accel tcg (or auto)")
     else:
         chosen = Accel("tcg", f"--accel auto: {problem}")
-        if fresh:  # said once; later runs in this host boot find it in the result's meta
+        if fresh and problem not in _SAID:  # said once; later runs find it in the result's meta
+            _SAID.add(problem)
             console.print(f"[yellow]note[/yellow]: KVM not used, TCG instead: {problem}", soft_wrap=True)
     _CHOSEN[key] = chosen
     return chosen
