@@ -13,6 +13,7 @@ from typing import NoReturn
 from bwlab import cgroup
 from bwlab.commands import kernel as kernel_cmd
 from bwlab.commands import kselftest as kselftest_cmd
+from bwlab.commands import live as live_cmd
 from bwlab.commands import reproduce
 from bwlab.commands import results as results_cmd
 from bwlab.commands import run as run_cmd
@@ -178,6 +179,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="a guest of the built kernel (default), or a machine as root over ssh")  # fmt: skip
     p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
     p.set_defaults(func=kselftest_cmd.cmd_kselftest)
+
+    p = sub.add_parser("doctor", help="watch a live cgroup: unnecessary throttling, its causes, the fix, predicted")
+    p.add_argument("target", metavar="CGROUP|PID|CONTAINER", help="a cgroup path, a PID, or a container/pod ID prefix")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long to watch (default 10)")
+    p.add_argument("--interval-ms", type=float, default=1.0, help="sampling interval (default 1 ms)")
+    p.add_argument("--json", metavar="FILE", help="write the report as JSON (- for stdout only)")
+    p.add_argument("--no-predict", action="store_true", help="skip the simulator's what-if")
+    p.set_defaults(func=live_cmd.cmd_doctor)
+
+    p = sub.add_parser("tune", help="set a live cgroup's CPU burst, verified (the only command that writes)")
+    p.add_argument("target", metavar="CGROUP|PID|CONTAINER")
+    p.add_argument("--burst", metavar="auto|US", help="auto: one tick per CPU the group runs on, within its quota")
+    p.add_argument("--revert", action="store_true", help="write back the burst the first tune replaced")
+    p.set_defaults(func=live_cmd.cmd_tune)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")
     p.add_argument("dir")

@@ -135,7 +135,7 @@ LAYERS = [
     {"workloads", "kernel"},
     {"scenario"},
     {"targets"},
-    {"analysis"},
+    {"analysis", "live"},
     {"commands"},
     {"cli"},
 ]

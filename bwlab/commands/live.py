@@ -1,0 +1,154 @@
+"""`bwlab doctor` and `bwlab tune`: throttling of live cgroups on the running kernel, found,
+explained, predicted and fixed (bwlab/live/)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rich.table import Table
+
+from bwlab.errors import BwlabError
+from bwlab.live import diagnose, groups, periods, sampler, threads, tune, whatif
+from bwlab.live.groups import Limit, LiveGroup
+from bwlab.paths import sysctl_path
+from bwlab.progress import console
+from bwlab.targets.host import kernel_hz
+
+THREAD_STEP = 5  # per-thread demand every 5th counter sample (5 ms at the default 1 ms)
+
+
+def facts_of(group: LiveGroup, mean_cpus: float = 0.0) -> diagnose.Facts:
+    slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
+    slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
+    return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us,
+                          threads=len(group.threads()), mean_cpus=mean_cpus)  # fmt: skip
+
+
+def _check_seconds(seconds: float, interval_ms: float) -> None:
+    if not 0.5 <= seconds <= 3600:
+        raise BwlabError(f"--seconds {seconds:g}: expected 0.5..3600")
+    if not 0.1 <= interval_ms <= 1000:
+        raise BwlabError(f"--interval-ms {interval_ms:g}: expected 0.1..1000")
+
+
+def watch(group: LiveGroup, seconds: float, interval_s: float) -> tuple[periods.Analysis, threads.ThreadRecorder]:
+    """Sample the group's counters (and its threads' demand) and cut them into periods."""
+    if group.effective.quota_us is None:
+        raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
+    recorder = threads.ThreadRecorder(group.threads())
+    count = 0
+
+    def on_sample(s: sampler.Sample) -> None:
+        nonlocal count
+        if count % THREAD_STEP == 0:
+            recorder.step(s.t)
+        count += 1
+
+    samples = sampler.sample(group, seconds, interval_s, on_sample)
+    cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1, math.ceil(group.effective.cpus or 1)))
+    return periods.analyze(samples, group.effective, interval_s, cpus), recorder
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    _check_seconds(args.seconds, args.interval_ms)
+    group = groups.find(args.target)
+    interval_s = args.interval_ms / 1000
+    with console.status(f"watching {group.path} for {args.seconds:g} s (every {args.interval_ms:g} ms)"):
+        analysis, recorder = watch(group, args.seconds, interval_s)
+    facts = facts_of(group, recorder.mean_cpus())
+    diag = diagnose.diagnose(group, analysis, facts)
+    predictions: list[whatif.Prediction] = []
+    if diag.burst_us is not None and not args.no_predict:
+        with (console.status("predicting with the simulator"),
+              tempfile.TemporaryDirectory(prefix="bwlab-doctor-") as tmp):  # fmt: skip
+            trace = recorder.write_trace(Path(tmp) / "trace.jsonl")
+            lim = group.effective
+            variants = [whatif.Variant("as it is", lim),
+                        whatif.Variant(f"burst {diag.burst_us} us", Limit(lim.quota_us, lim.period_us, diag.burst_us)),
+                        whatif.Variant("the series (policy all)", lim, "all")]  # fmt: skip
+            predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
+                                         min(args.seconds, 10.0))  # fmt: skip
+    doc = report_doc(group, analysis, facts, diag, predictions)
+    if args.json:
+        text = json.dumps(doc, indent=1) + "\n"
+        if args.json == "-":
+            print(text, end="")
+            return 0
+        Path(args.json).write_text(text)
+    print_report(doc)
+    if args.json:
+        console.print(f"json: {args.json}")
+    return 0
+
+
+def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Facts, diag: diagnose.Diagnosis,
+               predictions: list[whatif.Prediction]) -> dict[str, Any]:  # fmt: skip
+    return {
+        "group": group.path, "hierarchy": group.hierarchy.describe(), "identity": group.identity.describe(),
+        "limit": group.limit.describe(), "effective_limit": group.effective.describe(),
+        "limited_by": group.limited_by, "facts": facts.__dict__,
+        "sampling": {"interval_ms": analysis.interval_s * 1000, "phase_window_us": analysis.phase_window_us,
+                     "max_error_us": max((p.error_us for p in analysis.periods), default=None)},
+        "periods": analysis.total, "throttled": analysis.throttled, "below_quota": analysis.below,
+        "at_quota": analysis.at,
+        "diagnosis": diag.to_json(),
+        "predictions": [{"setting": p.variant.label, "policy": p.variant.policy, "throttled_pct": p.throttled_pct,
+                         "throttled_pct_sd": p.throttled_pct_sd, "seeds": p.reps} for p in predictions],
+        "per_period": [{"start": round(p.start, 6), "periods": p.periods, "usage_us": round(p.usage_us),
+                        "throttled": p.throttled, "throttled_us": round(p.throttled_us),
+                        "error_us": round(p.error_us), "verdict": p.verdict} for p in analysis.periods],
+    }  # fmt: skip
+
+
+def print_report(doc: dict[str, Any]) -> None:
+    console.print(f"[bold]{doc['group']}[/bold] ({doc['identity']}, {doc['hierarchy']})")
+    limit = doc["limit"] + ("" if doc["limited_by"] == doc["group"] else f"; effective {doc['effective_limit']} "
+                            f"from {doc['limited_by']}")  # fmt: skip
+    console.print(f"limit: {limit}")
+    s = doc["sampling"]
+    err = f", usage per period within ±{s['max_error_us']:.0f} us" if s["max_error_us"] is not None else ""
+    console.print(f"sampled every {s['interval_ms']:g} ms{err}")
+    diag = doc["diagnosis"]
+    colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
+    console.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
+    for cause in diag["causes"]:
+        console.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
+    if doc["predictions"]:
+        table = Table(title="what-if (simulator, the recorded threads replayed)")
+        for col in ("setting", "kernel", "throttled periods"):
+            table.add_column(col)
+        for p in doc["predictions"]:
+            table.add_row(p["setting"], "patched (all)" if p["policy"] == "all" else "stock",
+                          f"{p['throttled_pct']:.1f} % ±{p['throttled_pct_sd']:.1f}")  # fmt: skip
+        console.print(table)
+    for cmd in diag["commands"]:
+        console.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
+
+
+def cmd_tune(args: argparse.Namespace) -> int:
+    group = groups.find(args.target)
+    if args.revert:
+        if args.burst is not None:
+            raise BwlabError("--revert and --burst: choose one")
+        replaced, restored = tune.revert(group)
+        console.print(f"{group.path}: burst {replaced} -> {restored} us (reverted)")
+        return 0
+    if args.burst is None:
+        raise BwlabError("tune needs --burst auto|MICROSECONDS or --revert")
+    if args.burst == "auto":
+        value = diagnose.recommended_burst(group, facts_of(group))
+        if value is None:
+            raise BwlabError(f"{group.path} has no quota of its own: nothing to burst")
+    elif args.burst.isdigit():
+        value = int(args.burst)
+    else:
+        raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
+    old, new = tune.set_burst(group, value)
+    console.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
+    return 0

@@ -1,0 +1,136 @@
+"""Why a group was throttled below its quota, with the evidence for each cause, and what to
+change, as the command each runtime needs.
+
+The causes on a stock kernel (docs/method.md, the cover letter):
+- tick overrun: a CPU's runtime is charged at its ticks, so each CPU running the group can
+  overrun a period's end by up to a tick; the debt is paid from the next period, and the
+  group is throttled although its demand fits. A burst of one tick per CPU it runs on absorbs
+  it (on 6.18 at 10 ms: 51 % of periods -> 0.04 %, docs/results.md).
+- stranded runtime: CPUs take runtime from the group's pool a slice (5 ms) at a time; what a
+  CPU holds when its thread sleeps another CPU cannot use.
+- more runnable threads than the quota's CPUs: they overrun together, and each runs in
+  shorter bursts (GOMAXPROCS, thread pools sized to the machine, not the limit).
+- a parent's limit: the group is throttled by an ancestor's quota.
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from dataclasses import dataclass, field
+from typing import Any
+
+from bwlab.live.groups import LiveGroup
+from bwlab.live.periods import Analysis
+
+
+@dataclass(frozen=True)
+class Facts:
+    """The machine and the group as measured."""
+
+    ncpu: int  # CPUs the machine has
+    hz: int | None  # CONFIG_HZ, None if unknown
+    slice_us: int  # kernel.sched_cfs_bandwidth_slice_us
+    threads: int  # the group's threads
+    mean_cpus: float  # CPUs the group used on average while watched
+
+    @property
+    def tick_us(self) -> int:
+        return 1_000_000 // (self.hz or 250)  # unknown: the common 250 (4 ms), the larger tick
+
+
+@dataclass(frozen=True)
+class Cause:
+    key: str
+    title: str
+    evidence: str
+
+
+@dataclass
+class Diagnosis:
+    verdict: str  # "none", "below-quota", "at-quota", "mixed"
+    summary: str
+    causes: list[Cause] = field(default_factory=list)
+    burst_us: int | None = None  # the recommended burst, if one is
+    commands: list[tuple[str, str]] = field(default_factory=list)  # (runtime, command)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"verdict": self.verdict, "summary": self.summary,
+                "causes": [c.__dict__ for c in self.causes], "recommended_burst_us": self.burst_us,
+                "commands": [{"runtime": r, "command": c} for r, c in self.commands]}  # fmt: skip
+
+
+def recommended_burst(group: LiveGroup, facts: Facts) -> int | None:
+    """One tick per CPU the group can run on at once (its quota's CPUs, its threads and the
+    machine's CPUs bound that), within the kernel's rule burst <= quota."""
+    quota = group.limit.quota_us
+    if quota is None:
+        return None
+    cpus = max(1, min(facts.ncpu, facts.threads or facts.ncpu, math.ceil(quota / group.limit.period_us)))
+    return min(quota, facts.tick_us * cpus)
+
+
+def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
+    """The verdict on the watched periods, the causes the evidence supports, the fix."""
+    below, at, total = analysis.below, analysis.at, analysis.total
+    limit = group.effective
+    if total == 0:
+        return Diagnosis("none", "the group did not run a full period with a quota while watched")
+    if below + at == 0:
+        return Diagnosis("none", f"not throttled in {total} periods")
+    share = below / (below + at)
+    verdict = "below-quota" if share >= 0.8 else "at-quota" if share <= 0.2 else "mixed"
+    summary = (f"throttled in {below + at} of {total} periods ({100 * (below + at) / total:.1f} %): "
+               f"{below} below quota (unnecessary), {at} at quota (it wanted more)")  # fmt: skip
+    diag = Diagnosis(verdict, summary)
+    quota = limit.quota_us or 0
+    if group.limited_by != group.path:
+        diag.causes.append(Cause("parent-limit", "a parent's limit", f"{group.limited_by} allows {limit.describe()}, "
+                                 f"less than this group's own {group.limit.describe()}"))  # fmt: skip
+    running = max(1, min(facts.ncpu, facts.threads or 1, math.ceil(limit.cpus or 1)))
+    if below:
+        overrun = facts.tick_us * running
+        diag.causes.append(Cause("tick-overrun", "tick-overrun debt paid from the next period",
+                                 f"HZ={facts.hz or '? (assumed 250)'}: each of the {running} CPUs it runs on can "
+                                 f"overrun a period's end by up to a {facts.tick_us / 1000:g} ms tick, "
+                                 f"{overrun / 1000:g} ms of a {quota / 1000:g} ms quota "
+                                 f"({100 * overrun / quota:.0f} %); burst {limit.burst_us / 1000:g} ms"))  # fmt: skip
+        held = facts.slice_us * running
+        if held * 4 >= quota:
+            diag.causes.append(Cause("stranded-runtime", "runtime stranded in other CPUs' local pools",
+                                     f"each CPU takes {facts.slice_us / 1000:g} ms slices; {running} CPUs can hold "
+                                     f"{held / 1000:g} ms of the {quota / 1000:g} ms quota"))  # fmt: skip
+    if facts.threads > math.ceil(limit.cpus or 0) and limit.cpus is not None:
+        diag.causes.append(Cause("threads", "more threads than the quota's CPUs",
+                                 f"{facts.threads} threads for {limit.cpus:.2f} CPUs: size thread pools "
+                                 f"(GOMAXPROCS, -XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
+    if below:
+        diag.burst_us = recommended_burst(group, facts)
+        if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
+            diag.commands = commands(group, diag.burst_us)
+    return diag
+
+
+def commands(group: LiveGroup, burst_us: int) -> list[tuple[str, str]]:
+    """How to set this burst where the group comes from; raw writes do not survive the
+    runtime recreating the group (bwlab tune --watch keeps them)."""
+    hier = group.hierarchy
+    file = "cpu.max.burst" if hier.version == 2 else "cpu.cfs_burst_us"
+    path = group.dir / file
+    out = [
+        ("bwlab", f"bwlab tune {shlex.quote(group.path)} --burst {burst_us}"),
+        (f"cgroup v{hier.version}", f"echo {burst_us} > {shlex.quote(str(path))}"),
+    ]
+    ident = group.identity
+    if ident.runtime == "docker" and ident.container_id:
+        out.append(("docker", f"no flag sets burst: the raw write above (docker update --cpus keeps it only until "
+                              f"the container restarts); container {ident.container_id[:12]}"))  # fmt: skip
+    if ident.kind == "pod":
+        out.append(("kubernetes", "a pod cannot set burst (KEP open); a node agent can: bwlab tune --watch "
+                                  f"--burst {burst_us} {ident.pod_uid}; or a longer period for every pod with the "
+                                  "kubelet's cpuCFSQuotaPeriod (CustomCPUCFSQuotaPeriod feature gate)"))  # fmt: skip
+    if ident.kind == "systemd" and ident.unit:
+        unit = ident.unit
+        out.append(("systemd", f"no unit option sets burst: the raw write above after each start of {unit}, or "
+                               f"a longer period: systemctl set-property {unit} CPUQuotaPeriodSec=100ms"))  # fmt: skip
+    return out

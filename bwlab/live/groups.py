@@ -1,0 +1,260 @@
+"""The machine's CPU-limited cgroups, on cgroup v1 or v2, found by walking the hierarchy that
+has the cpu controller: each group's own limit (quota, period, burst), its effective limit
+(the tightest of its own and its ancestors': a parent's limit throttles its children), where
+its counters are, and who it belongs to (identity.py).
+
+Only reads. Paths are relative to the hierarchy's root ("/kubepods/burstable/pod…/…").
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+from bwlab.live.identity import Identity, identify
+
+MOUNTS = Path("/proc/mounts")
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A group's bandwidth: quota per period (None: unlimited) and burst, in microseconds."""
+
+    quota_us: int | None
+    period_us: int
+    burst_us: int = 0
+
+    @property
+    def cpus(self) -> float | None:
+        return None if self.quota_us is None else self.quota_us / self.period_us
+
+    def describe(self) -> str:
+        if self.quota_us is None:
+            return "unlimited"
+        burst = f", burst {self.burst_us / 1000:g} ms" if self.burst_us else ""
+        return f"{self.cpus:.2f} CPUs ({self.quota_us / 1000:g} ms per {self.period_us / 1000:g} ms{burst})"
+
+
+@dataclass(frozen=True)
+class Hierarchy:
+    """Where cgroup CPU bandwidth lives: v2 (one tree) or v1 (cpu, and cpuacct for usage)."""
+
+    version: int
+    cpu: Path
+    cpuacct: Path | None = None  # v1 when not co-mounted with cpu
+
+    def describe(self) -> str:
+        return f"cgroup v{self.version} at {self.cpu}"
+
+
+@dataclass(frozen=True)
+class LiveGroup:
+    """One cgroup as found: its files, its limits, its identity."""
+
+    path: str  # relative to the hierarchy root, starting with "/"
+    hierarchy: Hierarchy
+    limit: Limit  # its own
+    effective: Limit  # the tightest of its own and its ancestors' (by CPUs)
+    limited_by: str  # the path whose limit is `effective` (itself or an ancestor)
+    identity: Identity
+
+    @property
+    def dir(self) -> Path:
+        return self.hierarchy.cpu / self.path.lstrip("/")
+
+    @property
+    def stat_file(self) -> Path:
+        return self.dir / "cpu.stat"
+
+    @property
+    def usage_file(self) -> Path | None:
+        """v1: cpuacct.usage (ns); v2: None (usage_usec is in cpu.stat)."""
+        if self.hierarchy.version == 2:
+            return None
+        root = self.hierarchy.cpuacct or self.hierarchy.cpu
+        return root / self.path.lstrip("/") / "cpuacct.usage"
+
+    def pids(self) -> list[int]:
+        """The group's processes (not its descendants')."""
+        try:
+            return [int(p) for p in (self.dir / "cgroup.procs").read_text().split()]
+        except OSError:
+            return []
+
+    def threads(self) -> list[int]:
+        """The group's threads, descendants included: what competes for its quota."""
+        tids: list[int] = []
+        for root, _, files in os.walk(self.dir):
+            name = "cgroup.threads" if "cgroup.threads" in files else "tasks"
+            try:
+                tids += [int(t) for t in Path(root, name).read_text().split()]
+            except OSError:
+                continue
+        return tids
+
+
+def hierarchy() -> Hierarchy:
+    """v2 if a cgroup2 mount offers the cpu controller, else v1's cpu hierarchy (as the host
+    target decides, bwlab/cgroup.py), from /proc/mounts."""
+    try:
+        mounts = [line.split() for line in MOUNTS.read_text().splitlines()]
+    except OSError as exc:
+        raise BwlabError(f"cannot read {MOUNTS}: {exc.strerror}") from exc
+    for fields in mounts:
+        if len(fields) > 2 and fields[2] == "cgroup2":
+            ctrl = Path(fields[1]) / "cgroup.controllers"
+            if ctrl.is_file() and "cpu" in ctrl.read_text().split():
+                return Hierarchy(2, Path(fields[1]))
+    v1 = [(Path(f[1]), set(f[3].split(","))) for f in mounts if len(f) > 3 and f[2] == "cgroup"]
+    cpu = next((p for p, opts in v1 if "cpu" in opts), None)
+    if cpu is None or not (cpu / "cpu.cfs_quota_us").is_file():
+        raise BwlabError("no cgroup CPU bandwidth control here: no cpu controller in cgroup v2 and no v1 cpu "
+                         "hierarchy with cpu.cfs_quota_us (a kernel without CONFIG_CFS_BANDWIDTH?)")  # fmt: skip
+    acct = next((p for p, opts in v1 if "cpuacct" in opts), None)
+    if acct is None:
+        raise BwlabError("cgroup v1 without a cpuacct hierarchy: a group's usage cannot be read")
+    return Hierarchy(1, cpu, None if acct == cpu else acct)
+
+
+def _read(path: Path) -> str:
+    try:
+        return path.read_text().strip()
+    except OSError as exc:
+        raise BwlabError(f"cannot read {path}: {exc.strerror}") from exc
+
+
+def read_limit(hier: Hierarchy, directory: Path) -> Limit:
+    """The group's own quota, period and burst."""
+    if hier.version == 2:
+        if directory == hier.cpu:
+            return Limit(None, 100000)  # the root has no cpu.max
+        text = _read(directory / "cpu.max")
+        match = re.fullmatch(r"(max|\d+) (\d+)", text)
+        if not match:
+            raise BwlabError(f"{directory / 'cpu.max'}: expected 'QUOTA PERIOD', got {text!r}")
+        burst_file = directory / "cpu.max.burst"
+        burst = int(_read(burst_file)) if burst_file.exists() else 0
+        quota = None if match.group(1) == "max" else int(match.group(1))
+        return Limit(quota, int(match.group(2)), burst)
+    quota_text, period_text = _read(directory / "cpu.cfs_quota_us"), _read(directory / "cpu.cfs_period_us")
+    if not re.fullmatch(r"-?\d+", quota_text) or not period_text.isdigit():
+        raise BwlabError(f"{directory}: malformed cpu.cfs_quota_us/cpu.cfs_period_us: {quota_text!r} {period_text!r}")
+    burst_file = directory / "cpu.cfs_burst_us"
+    burst = int(_read(burst_file)) if burst_file.exists() else 0
+    quota = int(quota_text)
+    return Limit(None if quota < 0 else quota, int(period_text), burst)
+
+
+def _tighter(a: Limit, b: Limit) -> bool:
+    """a limits more CPUs than b does not, i.e. a is the tighter one."""
+    return a.cpus is not None and (b.cpus is None or a.cpus < b.cpus)
+
+
+def _walk(hier: Hierarchy) -> Iterator[tuple[str, Limit, Limit, str]]:
+    """(path, own limit, effective limit, where the effective one is set) for every group,
+    parents before children."""
+    effective: dict[str, tuple[Limit, str]] = {}
+    for root, dirs, _ in os.walk(hier.cpu):
+        dirs.sort()
+        directory = Path(root)
+        rel = "/" + str(directory.relative_to(hier.cpu)).strip(".")
+        rel = "/" if rel == "/" else rel.rstrip("/")
+        try:
+            own = read_limit(hier, directory)
+        except BwlabError:
+            if not directory.exists():  # removed while walking
+                dirs.clear()
+                continue
+            raise
+        parent = str(Path(rel).parent) if rel != "/" else None
+        inherited = effective.get(parent) if parent is not None else None
+        if inherited is not None and not _tighter(own, inherited[0]):
+            eff = inherited
+        else:
+            eff = (own, rel)
+        effective[rel] = eff
+        yield rel, own, eff[0], eff[1]
+
+
+def discover(hier: Hierarchy | None = None, include_inherited: bool = False) -> list[LiveGroup]:
+    """Every group with its own CPU limit (and, with `include_inherited`, every group under a
+    limited ancestor), parents first."""
+    hier = hier or hierarchy()
+    found = []
+    for rel, own, eff, where in _walk(hier):
+        if own.quota_us is not None or (include_inherited and eff.quota_us is not None):
+            found.append(LiveGroup(rel, hier, own, eff, where, identify(rel)))
+    return found
+
+
+def group_at(path: str, hier: Hierarchy | None = None) -> LiveGroup:
+    """The group at `path` (relative to the hierarchy root, or absolute under it)."""
+    hier = hier or hierarchy()
+    raw = Path(path)
+    if raw.is_absolute() and raw.is_relative_to(hier.cpu):
+        rel = "/" + str(raw.relative_to(hier.cpu)).strip(".").strip("/")
+    else:
+        rel = "/" + path.strip("/")
+    rel = rel.rstrip("/") or "/"
+    if not (hier.cpu / rel.lstrip("/")).is_dir():
+        raise BwlabError(f"no cgroup {rel} in {hier.describe()}")
+    for candidate, own, eff, where in _walk_to(hier, rel):
+        if candidate == rel:
+            return LiveGroup(rel, hier, own, eff, where, identify(rel))
+    raise BwlabError(f"no cgroup {rel} in {hier.describe()}")  # pragma: no cover - removed meanwhile
+
+
+def _walk_to(hier: Hierarchy, rel: str) -> Iterator[tuple[str, Limit, Limit, str]]:
+    """_walk() restricted to the ancestors of `rel` and `rel` itself (no full walk)."""
+    parts = [p for p in rel.strip("/").split("/") if p]
+    eff: tuple[Limit, str] | None = None
+    for n in range(len(parts) + 1):
+        sub = "/" + "/".join(parts[:n]) if n else "/"
+        own = read_limit(hier, hier.cpu / sub.lstrip("/"))
+        if eff is None or _tighter(own, eff[0]):
+            eff = (own, sub)
+        yield sub, own, eff[0], eff[1]
+
+
+def group_of_pid(pid: int, hier: Hierarchy | None = None) -> LiveGroup:
+    """The cpu cgroup process `pid` is in, from /proc/PID/cgroup."""
+    hier = hier or hierarchy()
+    try:
+        lines = Path(f"/proc/{pid}/cgroup").read_text().splitlines()
+    except FileNotFoundError:
+        raise BwlabError(f"no process {pid}") from None
+    except OSError as exc:
+        raise BwlabError(f"cannot read /proc/{pid}/cgroup: {exc.strerror}") from exc
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        names = controllers.split(",")
+        if (hier.version == 2 and controllers == "") or (hier.version == 1 and "cpu" in names):
+            return group_at(path, hier)
+    raise BwlabError(f"process {pid} is in no {hier.describe()} group")
+
+
+def find(target: str, hier: Hierarchy | None = None) -> LiveGroup:
+    """A group named on the command line: a cgroup path, a PID, or a container ID (a prefix of
+    at least 6 hex digits) or pod UID found in the limited groups' paths."""
+    hier = hier or hierarchy()
+    if target.isdigit():
+        return group_of_pid(int(target), hier)
+    if "/" in target:
+        return group_at(target, hier)
+    if re.fullmatch(r"[0-9a-f][0-9a-f_-]{5,}", target):
+        matches = [g for g in discover(hier, include_inherited=True)
+                   if (g.identity.container_id or "").startswith(target)
+                   or (g.identity.pod_uid or "").startswith(target.replace("_", "-"))]  # fmt: skip
+        # a pod's own group, not its containers', when a pod UID was given
+        pods = [g for g in matches if g.identity.container_id is None]
+        chosen = pods or matches
+        if len(chosen) == 1:
+            return chosen[0]
+        if len(chosen) > 1:
+            raise BwlabError(f"{target!r} matches {len(chosen)} groups: {', '.join(g.path for g in chosen[:3])}")
+        raise BwlabError(f"no CPU-limited container or pod {target!r} (bwlab top lists them)")
+    return group_at(target, hier)

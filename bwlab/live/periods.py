@@ -1,0 +1,157 @@
+"""Samples of a group's counters cut into its bandwidth periods, and every throttled period
+classified: *below quota* (the group was stopped although what it ran plus what it was stopped
+from running fits in its quota: unnecessary throttling) or *at quota* (it wanted more: real
+over-use).
+
+Why not "usage in the period < quota": runtime a CPU overran at the end of a period is debt
+paid from the next one, so a group running at twice its quota also shows usage near the quota
+in each period. The demand of a period is estimated as its usage plus its throttled time (the
+time its CPUs' runqueues sat throttled with work on them): at demand == quota that is about the
+quota, at twice the quota about twice it.
+
+Where a period ends: the kernel's period timer advances nr_periods (and nr_throttled when a
+runqueue was throttled, and throttled time as it unthrottles them) at the period boundary, so
+a boundary lies between the last sample before nr_periods changed and the first after. The
+period timer is an hrtimer forwarded by whole periods, so every boundary of a busy group has
+the same phase modulo the period: the phase that lies in the most sampled intervals places each
+boundary more exactly than one interval does. Usage is interpolated at the boundary; throttle
+counters are taken at the first sample after it (they change at the boundary). What is left
+uncertain (the width of the fitted phase window, or the interval where no phase fits) times the
+CPUs the group can use bounds the usage attributed to the wrong period: `error_us`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from bwlab.live.groups import Limit
+from bwlab.live.sampler import Sample
+
+# A throttled period is below quota when demand <= quota (+ burst) + this share of the quota
+# + the attribution error: the demand estimate counts a throttled runqueue's whole wait, which
+# its tasks would not all have used.
+SLACK = 0.03
+
+
+@dataclass(frozen=True)
+class Period:
+    """One period (or several, when sampled more coarsely than the period)."""
+
+    start: float  # estimated boundary times, monotonic seconds
+    end: float
+    periods: int
+    usage_us: float
+    throttled: int  # nr_throttled advanced: periods in which a runqueue was throttled
+    throttled_us: float
+    error_us: float  # bound on usage attributed to the wrong period
+    verdict: str  # "" (not throttled), "below" (unnecessary) or "at" (over-use)
+
+    @property
+    def demand_us(self) -> float:
+        return self.usage_us + self.throttled_us
+
+
+@dataclass
+class Analysis:
+    """The periods of a sampling run and what they add up to."""
+
+    limit: Limit
+    interval_s: float
+    periods: list[Period] = field(default_factory=list)
+    phase_window_us: float | None = None  # width of the fitted boundary phase, None if no fit
+
+    @property
+    def total(self) -> int:
+        return sum(p.periods for p in self.periods)
+
+    @property
+    def throttled(self) -> int:
+        return sum(p.throttled for p in self.periods)
+
+    @property
+    def below(self) -> int:
+        return sum(p.throttled for p in self.periods if p.verdict == "below")
+
+    @property
+    def at(self) -> int:
+        return sum(p.throttled for p in self.periods if p.verdict == "at")
+
+    def pct(self, count: int) -> float | None:
+        return 100.0 * count / self.total if self.total else None
+
+
+def fit_phase(intervals: list[tuple[float, float]], period_s: float) -> tuple[float, float] | None:
+    """The phase (seconds modulo `period_s`) inside the most of these (open, closed] sample
+    intervals that each hold a boundary, and the width of that window; None if no phase is in
+    more than half of them (the timer restarted, or the sampling is too coarse to tell)."""
+    events: list[tuple[float, int]] = []
+    usable = 0
+    for a, b in intervals:
+        if b - a >= period_s:
+            continue  # holds every phase
+        usable += 1
+        lo, hi = a % period_s, b % period_s
+        if lo <= hi:
+            events += [(lo, 1), (hi, -1)]
+        else:  # wraps around
+            events += [(lo, 1), (period_s, -1), (0.0, 1), (hi, -1)]
+    if usable == 0:
+        return None
+    events.sort(key=lambda e: (e[0], -e[1]))
+    best, best_lo, best_hi, depth = 0, 0.0, 0.0, 0
+    for i, (pos, delta) in enumerate(events):
+        depth += delta
+        if delta > 0 and depth > best:
+            nxt = next((p for p, d in events[i + 1 :] if d < 0), pos)
+            best, best_lo, best_hi = depth, pos, nxt
+    if best * 2 <= usable:
+        return None
+    return (best_lo + best_hi) / 2, best_hi - best_lo
+
+
+def _interp(a: Sample, b: Sample, t: float) -> float:
+    if b.t <= a.t:
+        return b.usage_us
+    return a.usage_us + (b.usage_us - a.usage_us) * (t - a.t) / (b.t - a.t)
+
+
+def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float) -> Analysis:
+    """Periods and their verdicts from `samples` of a group with `limit`, which can use at most
+    `cpus` CPUs at a time (its threads, the machine's CPUs and its quota bound it)."""
+    out = Analysis(limit, interval_s)
+    if limit.quota_us is None or len(samples) < 2:
+        return out
+    period_s = limit.period_us / 1e6
+    # indexes i where a boundary lies in (samples[i-1].t, samples[i].t]
+    edges = [i for i in range(1, len(samples)) if samples[i].nr_periods != samples[i - 1].nr_periods]
+    fit = fit_phase([(samples[i - 1].t, samples[i].t) for i in edges], period_s)
+    out.phase_window_us = None if fit is None else fit[1] * 1e6
+    times: list[float] = []
+    errors: list[float] = []
+    for i in edges:
+        a, b = samples[i - 1].t, samples[i].t
+        if fit is not None:
+            k = (b - fit[0]) // period_s
+            t = fit[0] + k * period_s
+            if a < t <= b:
+                times.append(t)
+                errors.append(fit[1] / 2)
+                continue
+        times.append((a + b) / 2)
+        errors.append((b - a) / 2)
+    for n in range(1, len(edges)):
+        i0, i1 = edges[n - 1], edges[n]
+        u0 = _interp(samples[i0 - 1], samples[i0], times[n - 1])
+        u1 = _interp(samples[i1 - 1], samples[i1], times[n])
+        s0, s1 = samples[i0], samples[i1]
+        periods = s1.nr_periods - s0.nr_periods
+        throttled = s1.nr_throttled - s0.nr_throttled
+        throttled_us = s1.throttled_us - s0.throttled_us
+        usage = u1 - u0
+        error = (errors[n - 1] + errors[n]) * cpus * 1e6
+        verdict = ""
+        if throttled:
+            capacity = periods * limit.quota_us + limit.burst_us
+            verdict = "below" if usage + throttled_us <= capacity * (1 + SLACK) + error else "at"
+        out.periods.append(Period(times[n - 1], times[n], periods, usage, throttled, throttled_us, error, verdict))
+    return out

@@ -1,0 +1,71 @@
+"""What a group's threads wanted to run, from /proc/TID/schedstat (time on a CPU, time waiting
+on a runqueue): a thread's demand in an interval is the sum of both, because a task whose
+runqueue is throttled stays queued and its wait counts as run delay. Written as the
+simulator's trace (JSON lines: run_us, sleep_us, thread) to replay it under other settings.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+
+
+def read_schedstat(tid: int) -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting on a runqueue) of thread `tid`; None once it has exited."""
+    try:
+        fields = Path(f"/proc/{tid}/schedstat").read_text().split()
+    except OSError:
+        return None
+    if len(fields) < 2 or not fields[0].isdigit() or not fields[1].isdigit():
+        return None
+    return int(fields[0]), int(fields[1])
+
+
+@dataclass
+class ThreadRecorder:
+    """Per-thread demand per sampling step, for the threads the group had when it started."""
+
+    tids: list[int]
+    last: dict[int, tuple[int, int]] = field(default_factory=dict)
+    last_t: float | None = None
+    intervals: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> (run_us, sleep_us)
+
+    def step(self, t: float) -> None:
+        """Read every thread at monotonic time `t`; from the second call on, each live thread
+        gets one interval: demand (capped at the step) then the rest as sleep."""
+        now = {tid: s for tid in self.tids if (s := read_schedstat(tid)) is not None}
+        if self.last_t is not None:
+            dt_us = (t - self.last_t) * 1e6
+            for tid, (run, wait) in now.items():
+                if tid not in self.last or dt_us <= 0:
+                    continue
+                want = min(dt_us, ((run - self.last[tid][0]) + (wait - self.last[tid][1])) / 1000)
+                self.intervals.setdefault(tid, []).append((want, dt_us - want))
+        self.last, self.last_t = now, t
+
+    def mean_cpus(self) -> float:
+        """Average CPUs the threads wanted over the recording."""
+        total = sum(run for ivs in self.intervals.values() for run, _ in ivs)
+        span = max((sum(r + s for r, s in ivs) for ivs in self.intervals.values()), default=0.0)
+        return total / span if span else 0.0
+
+    def write_trace(self, path: Path) -> Path:
+        """The intervals as a trace file, consecutive equal ones merged; threads renumbered."""
+        if not self.intervals:
+            raise BwlabError("no thread of the group ran while it was watched: nothing to replay")
+        lines = []
+        for n, tid in enumerate(sorted(self.intervals)):
+            merged: list[list[float]] = []
+            for run, sleep in self.intervals[tid]:
+                if merged and merged[-1][1] < 1 and sleep < 1:  # both all-run: one longer run
+                    merged[-1][0] += run + sleep
+                else:
+                    merged.append([run, sleep])
+            for run, sleep in merged:
+                if run >= 0.5 or sleep >= 0.5:
+                    lines.append(json.dumps({"run_us": round(run), "sleep_us": round(sleep), "thread": n}))
+        path.write_text("\n".join(lines) + "\n")
+        return path

@@ -1,0 +1,51 @@
+"""What a change would do: a group's recorded threads (threads.py) replayed in the simulator
+under its current settings and under alternatives (burst, another period, the series' policy),
+several seeds each (the period timer's phase differs between groups as between seeds)."""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab import scenario
+from bwlab.live.groups import Limit
+from bwlab.stats import mean_sd
+from bwlab.targets import sim
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    limit: Limit
+    policy: str = "mainline"  # a stock kernel; "all": the series
+
+
+@dataclass(frozen=True)
+class Prediction:
+    variant: Variant
+    throttled_pct: float
+    throttled_pct_sd: float
+    reps: int
+
+
+def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: int, seconds: float,
+            reps: int = 5) -> list[Prediction]:  # fmt: skip
+    """Throttled periods (%) predicted for each variant, mean and stdev over `reps` seeds."""
+    out = []
+    with tempfile.TemporaryDirectory(prefix="bwlab-whatif-") as tmp:
+        for i, v in enumerate(variants):
+            cpus = v.limit.cpus
+            quota = '"max"' if cpus is None else repr(cpus)
+            text = (f'name = "whatif"\nrepetitions = {reps}\nduration_s = {seconds:g}\n'
+                    f"[cgroup]\nperiod_us = {v.limit.period_us}\nquota_cpus = {quota}\nburst_us = {v.limit.burst_us}\n"
+                    f'[sysctl]\n"kernel.sched_cfs_bandwidth_slice_us" = {slice_us}\n'
+                    f'[workload]\nkind = "trace"\nfile = "{trace}"\n')  # fmt: skip
+            path = Path(tmp) / f"whatif-{i}.toml"
+            path.write_text(text)
+            specs = scenario.load(path).resolve(ncpu)
+            outs = sim.run_specs(specs, sim.SimTarget(ncpu=ncpu, hz=hz, policy=v.policy))[0]
+            values = [float(m) for o in outs if (m := sim.rep_metrics(specs[0], o)[0].get("throttled_pct")) is not None]
+            mean, sd = mean_sd(values) if values else (0.0, 0.0)
+            out.append(Prediction(v, mean, sd, len(values)))
+    return out

@@ -1,0 +1,158 @@
+"""bwlab/live without a live machine: identities from the paths runtimes create, discovery on
+a fake cgroup tree (v1 and v2), and the period detector on counters whose truth is known.
+tests/test_live_real.py runs the same against real cgroups and workloads."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import pytest
+
+from bwlab.errors import BwlabError
+from bwlab.live import groups
+from bwlab.live.groups import Hierarchy, Limit
+from bwlab.live.identity import identify
+from bwlab.live.periods import analyze, fit_phase
+from bwlab.live.sampler import Sample
+
+CID = "4f0c1b2a" * 8
+UID = "0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"
+
+
+@pytest.mark.parametrize(
+    ("path", "kind", "runtime", "qos"),
+    [
+        (f"/kubepods/burstable/pod{UID}/{CID}", "pod", None, "burstable"),
+        (f"/kubepods/pod{UID}/{CID}", "pod", None, "guaranteed"),
+        (f"/kubepods/besteffort/pod{UID}", "pod", None, "besteffort"),
+        (
+            f"/kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{UID.replace('-', '_')}.slice/"
+            f"cri-containerd-{CID}.scope",
+            "pod",
+            "containerd",
+            "burstable",
+        ),
+        (f"/kubepods.slice/kubepods-pod{UID.replace('-', '_')}.slice/crio-{CID}.scope", "pod", "cri-o", "guaranteed"),
+        (f"/docker/{CID}", "container", "docker", None),
+        (f"/system.slice/docker-{CID}.scope", "container", "docker", None),
+        (f"/machine.slice/libpod-{CID}.scope", "container", "podman", None),
+        (f"/libpod_parent/libpod-{CID}", "container", "podman", None),
+        (f"/system.slice/nerdctl-{CID}.scope", "container", "containerd", None),
+        ("/system.slice/nginx.service", "systemd", None, None),
+        ("/user.slice/user-1000.slice", "systemd", None, None),
+        ("/bwlab-1-2-x", "cgroup", None, None),
+    ],
+)
+def test_identity_from_the_runtimes_layouts(path: str, kind: str, runtime: str | None, qos: str | None) -> None:
+    ident = identify(path)
+    assert (ident.kind, ident.runtime, ident.qos) == (kind, runtime, qos)
+    if kind == "pod":
+        assert ident.pod_uid == UID
+    if CID in path:
+        assert ident.container_id == CID and CID[:12] in ident.describe()
+    if kind == "systemd":
+        assert ident.unit == path.rsplit("/", 1)[1]
+
+
+def _v1_tree(root: Path) -> Hierarchy:
+    """cpu and cpuacct hierarchies: /kubepods limited to 4 CPUs, a pod under it with 1.5,
+    a container in the pod without its own limit, an unlimited system.slice."""
+    cpu, acct = root / "cpu", root / "cpuacct"
+    tree = {"": (-1, 100000), "kubepods": (400000, 100000), f"kubepods/pod{UID}": (150000, 100000),
+            f"kubepods/pod{UID}/{CID}": (-1, 100000), "system.slice": (-1, 100000),
+            "system.slice/a.service": (50000, 10000)}  # fmt: skip
+    for rel, (quota, period) in tree.items():
+        for base in (cpu, acct):
+            (base / rel).mkdir(parents=True, exist_ok=True)
+        (cpu / rel / "cpu.cfs_quota_us").write_text(f"{quota}\n")
+        (cpu / rel / "cpu.cfs_period_us").write_text(f"{period}\n")
+        (cpu / rel / "cpu.stat").write_text("nr_periods 0\nnr_throttled 0\nthrottled_time 0\n")
+        (acct / rel / "cpuacct.usage").write_text("0\n")
+    return Hierarchy(1, cpu, acct)
+
+
+def test_discovery_finds_limits_and_the_tightest_ancestor(tmp_path: Path) -> None:
+    hier = _v1_tree(tmp_path)
+    found = {g.path: g for g in groups.discover(hier)}
+    assert set(found) == {"/kubepods", f"/kubepods/pod{UID}", "/system.slice/a.service"}
+    pod = found[f"/kubepods/pod{UID}"]
+    assert pod.limit.cpus == 1.5 and pod.effective.cpus == 1.5 and pod.limited_by == pod.path
+    assert pod.identity.kind == "pod" and pod.identity.qos == "guaranteed"
+    inherited = {g.path: g for g in groups.discover(hier, include_inherited=True)}
+    container = inherited[f"/kubepods/pod{UID}/{CID}"]
+    assert container.limit.quota_us is None and container.effective.cpus == 1.5
+    assert container.limited_by == f"/kubepods/pod{UID}"  # the parent's limit throttles it
+    assert container.usage_file == tmp_path / "cpuacct" / f"kubepods/pod{UID}/{CID}" / "cpuacct.usage"
+    assert groups.find(CID[:8], hier).path == container.path
+    assert groups.find(UID[:8], hier).path == pod.path  # the pod, not its container
+    assert groups.find("/system.slice/a.service", hier).limit == Limit(50000, 10000)
+    with pytest.raises(BwlabError, match="no CPU-limited container"):
+        groups.find("abcdef0123", hier)
+    with pytest.raises(BwlabError, match="no cgroup /nope"):
+        groups.find("/nope", hier)
+
+
+def test_v2_limits_and_malformed_files(tmp_path: Path) -> None:
+    (tmp_path / "a" / "b").mkdir(parents=True)
+    (tmp_path / "a" / "cpu.max").write_text("20000 10000\n")
+    (tmp_path / "a" / "cpu.max.burst").write_text("8000\n")
+    (tmp_path / "a" / "b" / "cpu.max").write_text("max 100000\n")
+    hier = Hierarchy(2, tmp_path)
+    (b,) = [g for g in groups.discover(hier, include_inherited=True) if g.path == "/a/b"]
+    assert b.effective == Limit(20000, 10000, 8000) and b.usage_file is None
+    (tmp_path / "a" / "cpu.max").write_text("lots 10000\n")
+    with pytest.raises(BwlabError, match="expected 'QUOTA PERIOD'"):
+        groups.discover(hier)
+
+
+def _synthetic(demand: list[float], quota_us: int, period_us: int, interval_s: float,
+               seed: int = 1) -> list[Sample]:  # fmt: skip
+    """Counters of a group whose demand in period k is demand[k] x quota, served as the
+    kernel would at best: up to the quota, the rest throttled (time = unmet demand), with
+    the counters stepping at each boundary; sampled every `interval_s` from a random phase."""
+    rng = random.Random(seed)
+    period_s = period_us / 1e6
+    t0 = rng.random() * period_s + 1.0
+    bounds = [t0 + k * period_s for k in range(len(demand) + 1)]
+    samples = []
+    t = bounds[0] - interval_s * rng.random()
+    while t < bounds[-1]:
+        k = max(0, min(len(demand) - 1, int((t - t0) // period_s)))
+        done = [min(d, 1.0) * quota_us for d in demand]
+        usage = sum(done[:k]) + done[k] * max(0.0, min(1.0, (t - bounds[k]) / period_s))
+        ended = sum(1 for b in bounds[1:] if b <= t)
+        throttled = sum(1 for d in demand[:ended] if d > 0.9)
+        throttled_us = sum(max(0.0, d - 0.9) * quota_us for d in demand[:ended] if d > 0.9)
+        samples.append(Sample(t, ended, throttled, throttled_us, usage))
+        t += interval_s * (1 + 0.2 * (rng.random() - 0.5))  # a sampler is not exact either
+    return samples
+
+
+def test_detector_separates_below_quota_from_over_use() -> None:
+    """Periods at 0.95 x quota that are throttled anyway (below) and periods at 2 x quota
+    (at), sampled every 1 ms at a 10 ms period: every verdict right, boundaries placed to
+    within the sampling jitter."""
+    demand = [0.95, 2.0, 0.5, 0.95, 2.0] * 40
+    samples = _synthetic(demand, 20000, 10000, 0.001)
+    analysis = analyze(samples, Limit(20000, 10000), 0.001, cpus=2)
+    assert analysis.phase_window_us is not None and analysis.phase_window_us < 400
+    truth = {"below": sum(1 for d in demand[1:-1] if 0.9 < d <= 1), "at": sum(1 for d in demand[1:-1] if d > 1)}
+    assert abs(analysis.below - truth["below"]) <= 1 and abs(analysis.at - truth["at"]) <= 1
+    assert all(p.periods == 1 for p in analysis.periods)
+    assert all(p.error_us < 1000 for p in analysis.periods)
+
+
+def test_phase_fit_needs_agreement() -> None:
+    assert fit_phase([(0.0101, 0.0112), (0.0201, 0.0213), (0.0299, 0.0311)], 0.01) is not None
+    scattered = [(0.0101, 0.0102), (0.0254, 0.0255), (0.0377, 0.0378), (0.0461, 0.0462)]
+    assert fit_phase(scattered, 0.01) is None  # no phase in more than half: the timer moved
+    assert fit_phase([(0.0, 0.5)], 0.01) is None  # sampled more coarsely than the period
+
+
+def test_coarse_sampling_still_classifies_windows() -> None:
+    """Sampled every 35 ms at a 10 ms period: windows of 3-4 periods, still classified."""
+    samples = _synthetic([2.0] * 100, 20000, 10000, 0.035)
+    analysis = analyze(samples, Limit(20000, 10000), 0.035, cpus=2)
+    assert analysis.periods and all(p.periods >= 3 for p in analysis.periods)
+    assert analysis.at == analysis.throttled and analysis.below == 0
