@@ -188,6 +188,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-predict", action="store_true", help="skip the simulator's what-if")
     p.set_defaults(func=live_cmd.cmd_doctor)
 
+    p = sub.add_parser("top", help="CPU-limited cgroups, live: the most likely unnecessary throttling first")
+    p.add_argument("--interval", type=float, default=2.0, help="seconds per refresh (default 2)")
+    p.add_argument("--iterations", type=int, help="stop after N refreshes (default: until Ctrl-C)")
+    p.add_argument("--limit", type=int, default=40, help="rows shown (default 40)")
+    p.set_defaults(func=live_cmd.cmd_top)
+
     p = sub.add_parser("tune", help="set a live cgroup's CPU burst, verified (the only command that writes)")
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER")
     p.add_argument("--burst", metavar="auto|US", help="auto: one tick per CPU the group runs on, within its quota")

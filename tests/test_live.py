@@ -134,8 +134,8 @@ def test_detector_separates_below_quota_from_over_use() -> None:
     (at), sampled every 1 ms at a 10 ms period: every verdict right, boundaries placed to
     within the sampling jitter."""
     demand = [0.95, 2.0, 0.5, 0.95, 2.0] * 40
-    samples = _synthetic(demand, 20000, 10000, 0.001)
-    analysis = analyze(samples, Limit(20000, 10000), 0.001, cpus=2)
+    samples = _synthetic(demand, 10000, 10000, 0.001)  # a 1-CPU quota, the group on 2 CPUs
+    analysis = analyze(samples, Limit(10000, 10000), 0.001, cpus=2)
     assert analysis.phase_window_us is not None and analysis.phase_window_us < 400
     truth = {"below": sum(1 for d in demand[1:-1] if 0.9 < d <= 1), "at": sum(1 for d in demand[1:-1] if d > 1)}
     assert abs(analysis.below - truth["below"]) <= 1 and abs(analysis.at - truth["at"]) <= 1
@@ -152,7 +152,19 @@ def test_phase_fit_needs_agreement() -> None:
 
 def test_coarse_sampling_still_classifies_windows() -> None:
     """Sampled every 35 ms at a 10 ms period: windows of 3-4 periods, still classified."""
-    samples = _synthetic([2.0] * 100, 20000, 10000, 0.035)
-    analysis = analyze(samples, Limit(20000, 10000), 0.035, cpus=2)
+    samples = _synthetic([2.0] * 100, 10000, 10000, 0.035)
+    analysis = analyze(samples, Limit(10000, 10000), 0.035, cpus=2)
     assert analysis.periods and all(p.periods >= 3 for p in analysis.periods)
     assert analysis.at == analysis.throttled and analysis.below == 0
+
+
+def test_throttled_time_is_capped_by_what_the_cpus_could_run() -> None:
+    """A group whose two threads have two CPUs and a 2-CPU quota cannot demand more than its
+    quota, however much throttled time its runqueues report (they overlap a boundary)."""
+    demand = [1.0] * 100
+    samples = _synthetic(demand, 20000, 10000, 0.001)
+    inflated = [Sample(s.t, s.nr_periods, s.nr_throttled, s.throttled_us * 1.5 + 2000 * s.nr_throttled, s.usage_us)
+                for s in samples]  # fmt: skip
+    analysis = analyze(inflated, Limit(20000, 10000), 0.001, cpus=2)
+    assert analysis.throttled > 90 and analysis.below == analysis.throttled
+    assert analyze(inflated, Limit(20000, 10000), 0.001, cpus=4).at > 0  # with 4 CPUs it could have

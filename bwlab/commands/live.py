@@ -5,22 +5,25 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
+from rich.live import Live
 from rich.table import Table
 
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, periods, sampler, threads, tune, whatif
+from bwlab.live import diagnose, groups, periods, sampler, threads, tune, whatif, window
 from bwlab.live.groups import Limit, LiveGroup
 from bwlab.paths import sysctl_path
 from bwlab.progress import console
 from bwlab.targets.host import kernel_hz
 
-THREAD_STEP = 5  # per-thread demand every 5th counter sample (5 ms at the default 1 ms)
+# Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
+# which it is given a share of, is counted when the period timer unthrottles.
+THREAD_STEP_MIN_S = 0.005
 
 
 def facts_of(group: LiveGroup, mean_cpus: float = 0.0) -> diagnose.Facts:
@@ -42,16 +45,17 @@ def watch(group: LiveGroup, seconds: float, interval_s: float) -> tuple[periods.
     if group.effective.quota_us is None:
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     recorder = threads.ThreadRecorder(group.threads())
+    every = max(1, round(max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6) / interval_s))
     count = 0
 
     def on_sample(s: sampler.Sample) -> None:
         nonlocal count
-        if count % THREAD_STEP == 0:
-            recorder.step(s.t)
+        if count % every == 0:
+            recorder.step(s.t, s.throttled_us)
         count += 1
 
     samples = sampler.sample(group, seconds, interval_s, on_sample)
-    cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1, math.ceil(group.effective.cpus or 1)))
+    cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
     return periods.analyze(samples, group.effective, interval_s, cpus), recorder
 
 
@@ -151,4 +155,64 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
     old, new = tune.set_burst(group, value)
     console.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
+    return 0
+
+
+def cmd_top(args: argparse.Namespace) -> int:
+    """Limited groups, refreshed every --interval seconds, the most likely unnecessary
+    throttling first; --iterations N stops after N refreshes (and prints the last table)."""
+    if not 0.2 <= args.interval <= 3600:
+        raise BwlabError(f"--interval {args.interval:g}: expected 0.2..3600 seconds")
+    if args.iterations is not None and args.iterations < 1:
+        raise BwlabError(f"--iterations {args.iterations}: expected at least 1")
+    hier = groups.hierarchy()
+    readers: dict[str, tuple[LiveGroup, sampler.Reader, sampler.Sample]] = {}
+
+    def refresh() -> list[tuple[LiveGroup, window.Window]]:
+        found = {g.path: g for g in groups.discover(hier)}
+        for path in list(readers):
+            if path not in found:
+                readers.pop(path)[1].close()
+        rows = []
+        for path, group in found.items():
+            try:
+                if path not in readers:
+                    reader = sampler.Reader(group)
+                    readers[path] = (group, reader, reader.read())
+                    continue
+                _, reader, last = readers[path]
+                now = reader.read()
+            except BwlabError:  # removed meanwhile: gone from the view
+                if path in readers:
+                    readers.pop(path)[1].close()
+                continue
+            readers[path] = (group, reader, now)
+            rows.append((group, window.window(last, now, group.effective)))
+        rows.sort(key=lambda r: (-r[1].likely_below, -(r[1].throttled_pct or 0), r[0].path))
+        return rows
+
+    def table(rows: list[tuple[LiveGroup, window.Window]]) -> Table:
+        t = Table(title=f"CPU-limited cgroups ({hier.describe()}), last {args.interval:g} s")
+        for col in ("group", "who", "limit (CPUs)", "used", "throttled", "likely below quota", "demand/quota"):
+            t.add_column(col, overflow="fold")
+        for group, w in rows[: args.limit]:
+            ratio = w.demand_per_capacity
+            t.add_row(group.path, group.identity.describe(), f"{group.effective.cpus:.2f}", f"{w.cpus_used:.2f}",
+                      "-" if w.throttled_pct is None else f"{w.throttled_pct:.1f} %",
+                      f"{100 * w.likely_below / w.periods:.1f} %" if w.periods else "-",
+                      "-" if ratio is None else f"{ratio:.2f}")  # fmt: skip
+        return t
+
+    refresh()
+    done = 0
+    try:
+        with Live(console=console, auto_refresh=False, transient=args.iterations is None) as live:
+            while args.iterations is None or done < args.iterations:
+                time.sleep(args.interval)
+                rows = refresh()
+                done += 1
+                live.update(table(rows), refresh=True)
+    finally:
+        for _, reader, _ in readers.values():
+            reader.close()
     return 0

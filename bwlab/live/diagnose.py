@@ -104,7 +104,11 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
         diag.causes.append(Cause("threads", "more threads than the quota's CPUs",
                                  f"{facts.threads} threads for {limit.cpus:.2f} CPUs: size thread pools "
                                  f"(GOMAXPROCS, -XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
-    if below:
+    if verdict == "at-quota":
+        diag.causes.append(Cause("over-use", "demand above the quota",
+                                 f"{at} of {below + at} throttled periods needed more than the quota: a burst "
+                                 "does not help; raise the quota or make the work smaller"))  # fmt: skip
+    elif below:
         diag.burst_us = recommended_burst(group, facts)
         if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
             diag.commands = commands(group, diag.burst_us)

@@ -1,7 +1,9 @@
 """What a group's threads wanted to run, from /proc/TID/schedstat (time on a CPU, time waiting
-on a runqueue): a thread's demand in an interval is the sum of both, because a task whose
-runqueue is throttled stays queued and its wait counts as run delay. Written as the
-simulator's trace (JSON lines: run_us, sleep_us, thread) to replay it under other settings.
+on a runqueue) and the group's throttled time: a thread's demand in an interval is its run
+time, its run delay and its share (by run time) of the time the group sat throttled in it. The
+throttled share matters: since 6.18 a throttled task is taken off its runqueue when it returns
+to user space, so its wait while throttled is not run delay. Written as the simulator's trace
+(JSON lines: run_us, sleep_us, thread) to replay it under other settings.
 """
 
 from __future__ import annotations
@@ -31,20 +33,32 @@ class ThreadRecorder:
     tids: list[int]
     last: dict[int, tuple[int, int]] = field(default_factory=dict)
     last_t: float | None = None
+    last_throttled_us: float = 0.0
+    carry: dict[int, float] = field(default_factory=dict)  # demand beyond a step, moved to the next
     intervals: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> (run_us, sleep_us)
 
-    def step(self, t: float) -> None:
-        """Read every thread at monotonic time `t`; from the second call on, each live thread
-        gets one interval: demand (capped at the step) then the rest as sleep."""
+    def step(self, t: float, throttled_us: float) -> None:
+        """Read every thread at monotonic time `t` (the group's throttled time then: its cpu.stat
+        counter); from the second call on, each live thread gets one interval: its demand
+        (capped at the step) then the rest as sleep."""
         now = {tid: s for tid in self.tids if (s := read_schedstat(tid)) is not None}
         if self.last_t is not None:
             dt_us = (t - self.last_t) * 1e6
-            for tid, (run, wait) in now.items():
-                if tid not in self.last or dt_us <= 0:
+            ran = {tid: (run - self.last[tid][0], wait - self.last[tid][1]) for tid, (run, wait) in now.items()
+                   if tid in self.last}  # fmt: skip
+            total = sum(r for r, _ in ran.values())
+            stopped = max(0.0, throttled_us - self.last_throttled_us)
+            for tid, (run, wait) in ran.items():
+                if dt_us <= 0:
                     continue
-                want = min(dt_us, ((run - self.last[tid][0]) + (wait - self.last[tid][1])) / 1000)
+                # the throttled time is counted when the period timer unthrottles, often a
+                # step after the thread was stopped: what does not fit in this step goes on
+                share = stopped * (run / total if total else 1 / len(ran))
+                want = (run + wait) / 1000 + share + self.carry.get(tid, 0.0)
+                self.carry[tid] = max(0.0, want - dt_us)
+                want = min(dt_us, want)
                 self.intervals.setdefault(tid, []).append((want, dt_us - want))
-        self.last, self.last_t = now, t
+        self.last, self.last_t, self.last_throttled_us = now, t, throttled_us
 
     def mean_cpus(self) -> float:
         """Average CPUs the threads wanted over the recording."""
