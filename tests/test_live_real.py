@@ -59,8 +59,8 @@ def rel(grp: cgroup.Group) -> str:
     return "/" + grp.name
 
 
-def doctor(grp: cgroup.Group, seconds: float = 4) -> dict[str, object]:
-    proc = bwlab("doctor", rel(grp), "--seconds", str(seconds), "--json", "-", timeout=300)
+def doctor(grp: cgroup.Group, seconds: float = 4, *extra: str) -> dict[str, object]:
+    proc = bwlab("doctor", rel(grp), "--seconds", str(seconds), "--json", "-", *extra, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert isinstance(doc, dict)
@@ -69,7 +69,8 @@ def doctor(grp: cgroup.Group, seconds: float = 4) -> dict[str, object]:
 
 def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -> None:
     with loaded_group(10000, NCPU, NCPU, 40) as grp:
-        doc = doctor(grp)
+        doc = doctor(grp, 4, "--png", str(tmp_path / "timeline.png"))
+        assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
         throttled, below = int(doc["throttled"]), int(doc["below_quota"])  # type: ignore[call-overload]
         assert throttled > 0.2 * int(doc["periods"])  # type: ignore[call-overload]  # ~50 % on a stock kernel
         assert below >= 0.95 * throttled, doc  # recall of "below quota": every throttle here is
@@ -154,3 +155,86 @@ def test_group_removed_while_watched_is_one_line() -> None:
     _, err = proc.communicate(timeout=60)
     lines = err.strip().splitlines()
     assert proc.returncode == 1 and lines[-1].startswith("bwlab: error: ") and "removed while watched" in lines[-1], err
+
+
+UID = "5a1b2c3d-4e5f-4a6b-8c7d-9e0f1a2b3c4d"
+CIDS = ["c0ffee" + "0" * 58, "beef" + "1" * 60, "d0c4e2" + "2" * 58]
+
+
+@contextlib.contextmanager
+def runtime_layouts() -> Iterator[dict[str, str]]:
+    """The directories kubelet (cgroupfs and systemd drivers), Docker and systemd make, with
+    their limits, in this host's cpu and cpuacct hierarchies; sysbench (2 threads) in the Docker
+    container's group. Removed afterwards, processes first."""
+    hier = cgroup.detect()
+    assert isinstance(hier, cgroup.CgroupV1), "this host is cgroup v1"
+    roots = [hier.cpu] + ([hier.cpuacct] if hier.cpuacct else [])
+    uid_ = UID.replace("-", "_")
+    layout = {  # path -> (quota, period): pods at 1.5 CPUs, the container under the first with none
+        "kubepods": None, "kubepods/burstable": None, f"kubepods/burstable/pod{UID}": (150000, 100000),
+        f"kubepods/burstable/pod{UID}/{CIDS[0]}": None,
+        "kubepods.slice": None, "kubepods.slice/kubepods-burstable.slice": None,
+        f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice": (150000, 100000),
+        f"kubepods.slice/kubepods-burstable.slice/kubepods-burstable-pod{uid_}.slice/cri-containerd-{CIDS[1]}.scope":
+            None,
+        "system.slice": None, f"system.slice/docker-{CIDS[2]}.scope": (150000, 100000),  # docker --cpus=1.5
+        "system.slice/bwlab-test.service": (50000, 100000),  # systemd CPUQuota=50%
+    }  # fmt: skip
+    made: list[Path] = []
+    proc = None
+    try:
+        for rel_path, limit in layout.items():
+            for root in roots:
+                path = root / rel_path
+                if not path.exists():
+                    path.mkdir()
+                    made.append(path)
+            if limit:
+                (hier.cpu / rel_path / "cpu.cfs_period_us").write_text(str(limit[1]))
+                (hier.cpu / rel_path / "cpu.cfs_quota_us").write_text(str(limit[0]))
+        docker = f"system.slice/docker-{CIDS[2]}.scope"
+
+        def join() -> None:
+            for root in roots:
+                (root / docker / "cgroup.procs").write_text(str(os.getpid()))
+
+        argv = [str(programs.resolve("sysbench")), "cpu", "--threads=2", "--time=60", "run"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        time.sleep(0.5)
+        yield {"docker": "/" + docker, "pod": f"/kubepods/burstable/pod{UID}",
+               "container": f"/kubepods/burstable/pod{UID}/{CIDS[0]}"}  # fmt: skip
+    finally:
+        if proc is not None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+        for path in sorted(made, key=lambda p: -len(p.parts)):
+            for _ in range(50):
+                try:
+                    path.rmdir()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+
+
+def test_runtime_layouts_are_found_identified_and_diagnosed() -> None:
+    """kubelet (both drivers), Docker (a --cpus=1.5 container running 2 threads) and systemd
+    layouts: top lists each with who it is and its effective limit; doctor finds the container
+    by an ID prefix and says it wants more than its quota."""
+    with runtime_layouts() as paths:
+        top = bwlab("top", "--interval", "1", "--iterations", "1", env={"COLUMNS": "400"})
+        assert top.returncode == 0, top.stderr
+        rows = {line.split("│")[1].strip(): line for line in top.stdout.splitlines() if line.count("│") > 4}
+        assert paths["pod"] in rows, top.stdout
+        assert f"pod {UID} (burstable)" in rows[paths["pod"]]
+        assert f"container docker {CIDS[2][:12]}" in rows[paths["docker"]] and "1.50" in rows[paths["docker"]]
+        assert "systemd bwlab-test.service" in rows["/system.slice/bwlab-test.service"]
+        systemd_pod = [p for p in rows if p.endswith(f"pod{UID.replace('-', '_')}.slice")]
+        assert systemd_pod and f"pod {UID} (burstable)" in rows[systemd_pod[0]]
+        docker_row = rows[paths["docker"]]
+        assert float(docker_row.split("│")[4]) > 1.2  # using its 1.5 CPUs
+        doc = json.loads(bwlab("doctor", CIDS[2][:12], "--seconds", "3", "--json", "-", "--no-predict").stdout)
+        assert doc["group"] == paths["docker"] and doc["identity"].startswith("container docker")
+        assert doc["diagnosis"]["verdict"] == "at-quota" and doc["at_quota"] > 0.9 * doc["throttled"]
+        inherited = json.loads(bwlab("doctor", CIDS[0][:12], "--seconds", "1", "--json", "-", "--no-predict").stdout)
+        assert inherited["group"] == paths["container"] and inherited["limited_by"] == paths["pod"]

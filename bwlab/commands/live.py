@@ -11,11 +11,12 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, periods, sampler, threads, tune, whatif, window
+from bwlab.live import diagnose, groups, periods, plot, sampler, threads, tune, whatif, window
 from bwlab.live.groups import Limit, LiveGroup
 from bwlab.paths import sysctl_path
 from bwlab.progress import console
@@ -24,6 +25,8 @@ from bwlab.targets.host import kernel_hz
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
 # which it is given a share of, is counted when the period timer unthrottles.
 THREAD_STEP_MIN_S = 0.005
+
+out = Console(highlight=False)  # reports and tables: stdout (progress stays on stderr)
 
 
 def facts_of(group: LiveGroup, mean_cpus: float = 0.0) -> diagnose.Facts:
@@ -79,6 +82,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, 10.0))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
+    if args.png:
+        if not analysis.periods:
+            raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
+        plot.timeline(analysis, f"{group.path}: {diag.verdict}", Path(args.png))
+        doc["png"] = args.png
     if args.json:
         text = json.dumps(doc, indent=1) + "\n"
         if args.json == "-":
@@ -111,18 +119,18 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
 
 
 def print_report(doc: dict[str, Any]) -> None:
-    console.print(f"[bold]{doc['group']}[/bold] ({doc['identity']}, {doc['hierarchy']})")
+    out.print(f"[bold]{doc['group']}[/bold] ({doc['identity']}, {doc['hierarchy']})")
     limit = doc["limit"] + ("" if doc["limited_by"] == doc["group"] else f"; effective {doc['effective_limit']} "
                             f"from {doc['limited_by']}")  # fmt: skip
-    console.print(f"limit: {limit}")
+    out.print(f"limit: {limit}")
     s = doc["sampling"]
     err = f", usage per period within ±{s['max_error_us']:.0f} us" if s["max_error_us"] is not None else ""
-    console.print(f"sampled every {s['interval_ms']:g} ms{err}")
+    out.print(f"sampled every {s['interval_ms']:g} ms{err}")
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
-    console.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
+    out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
     for cause in diag["causes"]:
-        console.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
+        out.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
     if doc["predictions"]:
         table = Table(title="what-if (simulator, the recorded threads replayed)")
         for col in ("setting", "kernel", "throttled periods"):
@@ -130,9 +138,9 @@ def print_report(doc: dict[str, Any]) -> None:
         for p in doc["predictions"]:
             table.add_row(p["setting"], "patched (all)" if p["policy"] == "all" else "stock",
                           f"{p['throttled_pct']:.1f} % ±{p['throttled_pct_sd']:.1f}")  # fmt: skip
-        console.print(table)
+        out.print(table)
     for cmd in diag["commands"]:
-        console.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
+        out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
 
 
 def cmd_tune(args: argparse.Namespace) -> int:
@@ -141,7 +149,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
         if args.burst is not None:
             raise BwlabError("--revert and --burst: choose one")
         replaced, restored = tune.revert(group)
-        console.print(f"{group.path}: burst {replaced} -> {restored} us (reverted)")
+        out.print(f"{group.path}: burst {replaced} -> {restored} us (reverted)")
         return 0
     if args.burst is None:
         raise BwlabError("tune needs --burst auto|MICROSECONDS or --revert")
@@ -154,7 +162,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     else:
         raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
     old, new = tune.set_burst(group, value)
-    console.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
+    out.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
     return 0
 
 
@@ -206,7 +214,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     refresh()
     done = 0
     try:
-        with Live(console=console, auto_refresh=False, transient=args.iterations is None) as live:
+        with Live(console=out, auto_refresh=False, transient=args.iterations is None) as live:
             while args.iterations is None or done < args.iterations:
                 time.sleep(args.interval)
                 rows = refresh()

@@ -36,14 +36,16 @@ class Identity:
     unit: str | None = None  # the systemd unit (service, scope or slice) the path ends in
 
     def describe(self) -> str:
-        parts = [self.kind]
-        if self.pod_uid:
-            parts.append(f"pod {self.pod_uid} ({self.qos})")
-        if self.container_id:
-            parts.append(f"{self.runtime or 'container'} {self.container_id[:12]}")
-        if self.unit and not self.container_id:
-            parts.append(self.unit)
-        return " ".join(parts) if len(parts) > 1 else f"cgroup {self.name}"
+        """'pod UID (qos)[, container RUNTIME ID]', 'container RUNTIME ID', 'systemd UNIT',
+        'cgroup PATH'."""
+        container = f"container {self.runtime or '?'} {(self.container_id or '')[:12]}"
+        if self.kind == "pod":
+            return f"pod {self.pod_uid} ({self.qos})" + (f", {container}" if self.container_id else "")
+        if self.kind == "container":
+            return container
+        if self.kind == "systemd":
+            return f"systemd {self.unit}"
+        return f"cgroup {self.name}"
 
 
 def _pod(components: list[str]) -> tuple[str | None, str | None]:
