@@ -10,6 +10,7 @@ PACKAGES=(
   cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
   git perl                                                       # git am, checkpatch.pl
   openssh-client openssh-server                                  # the ssh:// target and its tests
+  podman runc                                                    # a real container for bwlab doctor/top tests
 )
 
 SUDO=""

@@ -238,3 +238,46 @@ def test_runtime_layouts_are_found_identified_and_diagnosed() -> None:
         assert doc["diagnosis"]["verdict"] == "at-quota" and doc["at_quota"] > 0.9 * doc["throttled"]
         inherited = json.loads(bwlab("doctor", CIDS[0][:12], "--seconds", "1", "--json", "-", "--no-predict").stdout)
         assert inherited["group"] == paths["container"] and inherited["limited_by"] == paths["pod"]
+
+
+PODMAN_ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=4096:4096"]
+
+
+def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
+    """A real container: podman (runc, cgroupfs manager, its own storage in tmp_path) runs an
+    image imported from a busybox rootfs (no registry) with --cpus=1.5 and two busy loops;
+    top names it, doctor finds it by an ID prefix and says it wants more than its quota.
+    (Podman's default rlimits need CAP_SYS_RESOURCE, which this machine's root lacks: the
+    test asks for limits below the current ones.)"""
+    rootfs = tmp_path / "rootfs"
+    (rootfs / "bin").mkdir(parents=True)
+    busybox = programs.resolve("busybox")
+    (rootfs / "bin" / "busybox").write_bytes(busybox.read_bytes())
+    (rootfs / "bin" / "busybox").chmod(0o755)
+    for applet in ("sh", "yes", "sleep"):
+        (rootfs / "bin" / applet).symlink_to("busybox")
+    subprocess.run(["tar", "-C", str(rootfs), "-cf", str(tmp_path / "rootfs.tar"), "."], check=True)
+    runroot = Path(tempfile.mkdtemp(prefix="bwlab-podman-", dir="/tmp"))  # podman: at most 50 characters
+    podman = ["podman", "--root", str(tmp_path / "storage"), "--runroot", str(runroot),
+              "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc"]  # fmt: skip
+    name = f"bwlab-test-{os.getpid()}"
+    subprocess.run([*podman, "import", str(tmp_path / "rootfs.tar"), "bwlab-busybox"], check=True,
+                   capture_output=True)  # fmt: skip
+    run = subprocess.run([*podman, "run", "-d", "--network=none", *PODMAN_ULIMITS, "--cpus=1.5", "--name", name,
+                          "bwlab-busybox", "sh", "-c", "yes > /dev/null & yes > /dev/null & sleep 60"],
+                         capture_output=True, text=True)  # fmt: skip
+    try:
+        assert run.returncode == 0, run.stderr
+        cid = run.stdout.strip().splitlines()[-1]
+        time.sleep(1)
+        top = bwlab("top", "--interval", "1", "--iterations", "1", env={"COLUMNS": "400"})
+        assert top.returncode == 0, top.stderr
+        (row,) = [line for line in top.stdout.splitlines() if cid in line]
+        assert f"container podman {cid[:12]}" in row and "1.50" in row
+        doc = json.loads(bwlab("doctor", cid[:12], "--seconds", "3", "--json", "-", "--no-predict").stdout)
+        assert doc["group"].endswith(f"libpod-{cid}") and doc["identity"] == f"container podman {cid[:12]}"
+        assert doc["diagnosis"]["verdict"] == "at-quota" and doc["facts"]["threads"] == 2  # the two loops
+    finally:
+        subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
+        subprocess.run([*podman, "rmi", "-f", "bwlab-busybox"], capture_output=True)
+        subprocess.run(["rm", "-rf", str(runroot), str(tmp_path / "storage")], check=False)

@@ -29,11 +29,14 @@ THREAD_STEP_MIN_S = 0.005
 out = Console(highlight=False)  # reports and tables: stdout (progress stays on stderr)
 
 
-def facts_of(group: LiveGroup, mean_cpus: float = 0.0) -> diagnose.Facts:
+def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None) -> diagnose.Facts:
+    """The machine, and the group's threads: those that were busy while watched, else all."""
     slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
     slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
+    busy = recorder.busy_threads() if recorder is not None else 0
     return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us,
-                          threads=len(group.threads()), mean_cpus=mean_cpus)  # fmt: skip
+                          threads=busy or len(group.threads()),
+                          mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0)  # fmt: skip
 
 
 def _check_seconds(seconds: float, interval_ms: float) -> None:
@@ -68,7 +71,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     interval_s = args.interval_ms / 1000
     with console.status(f"watching {group.path} for {args.seconds:g} s (every {args.interval_ms:g} ms)"):
         analysis, recorder = watch(group, args.seconds, interval_s)
-    facts = facts_of(group, recorder.mean_cpus())
+    facts = facts_of(group, recorder)
     diag = diagnose.diagnose(group, analysis, facts)
     predictions: list[whatif.Prediction] = []
     if diag.burst_us is not None and not args.no_predict:

@@ -31,7 +31,7 @@ class Facts:
     ncpu: int  # CPUs the machine has
     hz: int | None  # CONFIG_HZ, None if unknown
     slice_us: int  # kernel.sched_cfs_bandwidth_slice_us
-    threads: int  # the group's threads
+    threads: int  # the group's threads that were busy while watched (all of them if none was)
     mean_cpus: float  # CPUs the group used on average while watched
 
     @property

@@ -60,6 +60,14 @@ class ThreadRecorder:
                 self.intervals.setdefault(tid, []).append((want, dt_us - want))
         self.last, self.last_t, self.last_throttled_us = now, t, throttled_us
 
+    def busy_threads(self, share: float = 0.05) -> int:
+        """Threads that wanted a CPU more than `share` of the time: what competes for the quota."""
+        count = 0
+        for ivs in self.intervals.values():
+            span = sum(r + s for r, s in ivs)
+            count += span > 0 and sum(r for r, _ in ivs) / span > share
+        return count
+
     def mean_cpus(self) -> float:
         """Average CPUs the threads wanted over the recording."""
         total = sum(run for ivs in self.intervals.values() for run, _ in ivs)
