@@ -8,6 +8,7 @@ import json
 import os
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +26,9 @@ from bwlab.targets.host import kernel_hz
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
 # which it is given a share of, is counted when the period timer unthrottles.
 THREAD_STEP_MIN_S = 0.005
+
+# top walks the hierarchy for new and removed groups every this many refreshes
+REDISCOVER = 5
 
 out = Console(highlight=False)  # reports and tables: stdout (progress stays on stderr)
 
@@ -52,13 +56,11 @@ def watch(group: LiveGroup, seconds: float, interval_s: float) -> tuple[periods.
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     recorder = threads.ThreadRecorder(group.threads())
     every = max(1, round(max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6) / interval_s))
-    count = 0
 
-    def on_sample(s: sampler.Sample) -> None:
-        nonlocal count
-        if count % every == 0:
+    def on_sample(index: int, parse: Callable[[], sampler.Sample]) -> None:
+        if index % every == 0:
+            s = parse()
             recorder.step(s.t, s.throttled_us)
-        count += 1
 
     samples = sampler.sample(group, seconds, interval_s, on_sample)
     cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
@@ -179,8 +181,14 @@ def cmd_top(args: argparse.Namespace) -> int:
     hier = groups.hierarchy()
     readers: dict[str, tuple[LiveGroup, sampler.Reader, sampler.Sample]] = {}
 
+    found: dict[str, LiveGroup] = {}
+    rounds = 0
+
     def refresh() -> list[tuple[LiveGroup, window.Window]]:
-        found = {g.path: g for g in groups.discover(hier)}
+        nonlocal found, rounds
+        if rounds % REDISCOVER == 0:  # walking the hierarchy costs more than reading counters
+            found = {g.path: g for g in groups.discover(hier)}
+        rounds += 1
         for path in list(readers):
             if path not in found:
                 readers.pop(path)[1].close()
