@@ -199,6 +199,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER")
     p.add_argument("--burst", metavar="auto|US", help="auto: one tick per CPU the group runs on, within its quota")
     p.add_argument("--revert", action="store_true", help="write back the burst the first tune replaced")
+    p.add_argument("--watch", action="store_true",
+                   help="agent mode: TARGET is a selector (a path glob, a unit glob, a container or pod ID prefix); "
+                        "keep the burst on every matching limited group, new ones included")  # fmt: skip
+    p.add_argument("--interval", type=float, default=10.0, help="--watch: seconds between rounds (default 10)")
+    p.add_argument("--iterations", type=int, help="--watch: stop after N rounds (default: until Ctrl-C)")
     p.set_defaults(func=live_cmd.cmd_tune)
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bwlab import cgroup, cpustat
+from bwlab.targets.host import kernel_hz
 from bwlab.workloads import programs
 
 from conftest import REPO, bwlab, needs_root
@@ -31,6 +32,7 @@ from conftest import REPO, bwlab, needs_root
 pytestmark = needs_root()
 
 NCPU = len(os.sched_getaffinity(0))
+TICK_US = 1_000_000 // (kernel_hz() or 250)
 
 
 @contextlib.contextmanager
@@ -78,7 +80,7 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         assert isinstance(diag, dict) and diag["verdict"] == "below-quota"
         assert "tick-overrun" in {c["key"] for c in diag["causes"]}
         burst = diag["recommended_burst_us"]
-        assert burst == min(NCPU * (10000 // NCPU), 4000 * NCPU)  # one 4 ms tick (HZ=250) per CPU
+        assert burst == min(NCPU * 10000, TICK_US * NCPU)  # one tick per CPU
         predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
         assert predicted["as it is"] > 20 and predicted[f"burst {burst} us"] < 5
         # the fix, as recommended: tune writes it, reads it back
@@ -281,3 +283,28 @@ def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
         subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
         subprocess.run([*podman, "rmi", "-f", "bwlab-busybox"], capture_output=True)
         subprocess.run(["rm", "-rf", str(runroot), str(tmp_path / "storage")], check=False)
+
+
+def test_tune_watch_keeps_the_burst_on_matching_groups(tmp_path: Path) -> None:
+    """Agent mode: groups matching a path glob get their burst, one made while it runs too;
+    a group outside the selector is left alone."""
+    hier = cgroup.detect()
+    prefix = f"bwlab-watch-{os.getpid()}"
+    made = [hier.create(f"{prefix}-a", 10000, 20000, 0, None), hier.create(f"{prefix}-b", 10000, 1000, 0, None),
+            hier.create(f"bwlab-other-{os.getpid()}", 10000, 20000, 0, None)]  # fmt: skip
+    try:
+        proc = subprocess.Popen([*_cli(), "tune", f"/{prefix}-*", "--watch", "--burst", "auto", "--interval", "0.5",
+                                 "--iterations", "8"], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True, env={**os.environ, "BWLAB_CACHE": str(tmp_path)})  # fmt: skip
+        time.sleep(2)
+        made.append(hier.create(f"{prefix}-late", 10000, 20000, 0, None))
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        bursts = {g.name: int((g.stat_file.parent / "cpu.cfs_burst_us").read_text()) for g in made}
+        per_cpu = TICK_US * min(NCPU, 2)  # one tick per CPU it may use (2 CPUs of quota), within the quota
+        assert bursts == {f"{prefix}-a": per_cpu, f"{prefix}-b": min(1000, TICK_US),
+                          f"bwlab-other-{os.getpid()}": 0, f"{prefix}-late": per_cpu}, out  # fmt: skip
+        assert out.count("(verified)") == 3
+    finally:
+        for grp in made:
+            grp.remove()

@@ -4,6 +4,7 @@ explained, predicted and fixed (bwlab/live/)."""
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import tempfile
@@ -26,6 +27,9 @@ from bwlab.targets.host import kernel_hz
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
 # which it is given a share of, is counted when the period timer unthrottles.
 THREAD_STEP_MIN_S = 0.005
+
+# the what-if's longer period: the kernel's default
+LONG_PERIOD_US = 100_000
 
 # top walks the hierarchy for new and removed groups every this many refreshes
 REDISCOVER = 5
@@ -84,6 +88,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             variants = [whatif.Variant("as it is", lim),
                         whatif.Variant(f"burst {diag.burst_us} us", Limit(lim.quota_us, lim.period_us, diag.burst_us)),
                         whatif.Variant("the series (policy all)", lim, "all")]  # fmt: skip
+            if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period
+                quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
+                variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))
             predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, 10.0))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
@@ -148,7 +155,52 @@ def print_report(doc: dict[str, Any]) -> None:
         out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
 
 
+def matches(group: LiveGroup, selector: str) -> bool:
+    """A path glob ("/kubepods/*/pod*/*"), or a unit name glob, a container ID or pod UID prefix."""
+    ident = group.identity
+    if selector.startswith("/"):
+        return fnmatch.fnmatchcase(group.path, selector)
+    return (fnmatch.fnmatchcase(ident.unit or "", selector) or (ident.container_id or "").startswith(selector)
+            or (ident.pod_uid or "").startswith(selector.replace("_", "-")))  # fmt: skip
+
+
+def watch_and_tune(args: argparse.Namespace) -> int:
+    """--watch: every --interval seconds, every limited group the selector matches gets the
+    burst (auto: its own), verified; a group that refuses is said once and skipped."""
+    if args.burst is None or args.revert:
+        raise BwlabError("--watch needs --burst auto|MICROSECONDS (and no --revert)")
+    if not 0.1 <= args.interval <= 3600:
+        raise BwlabError(f"--interval {args.interval:g}: expected 0.1..3600 seconds")
+    if args.burst != "auto" and not args.burst.isdigit():
+        raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
+    hier = groups.hierarchy()
+    refused: set[str] = set()
+    rounds = 0
+    while args.iterations is None or rounds < args.iterations:
+        if rounds:
+            time.sleep(args.interval)
+        rounds += 1
+        for group in groups.discover(hier):
+            if group.path in refused or not matches(group, args.target):
+                continue
+            value = diagnose.recommended_burst(group, facts_of(group)) if args.burst == "auto" else int(args.burst)
+            if value is None or value == group.limit.burst_us:
+                continue
+            try:
+                old, new = tune.set_burst(group, value)
+            except BwlabError as exc:
+                refused.add(group.path)
+                console.print(f"[yellow]skipped[/yellow] {group.path}: {exc}", soft_wrap=True)
+                continue
+            out.print(f"{group.path} ({group.identity.describe()}): burst {old} -> {new} us (verified)")
+    return 0
+
+
 def cmd_tune(args: argparse.Namespace) -> int:
+    if args.watch:
+        return watch_and_tune(args)
+    if args.iterations is not None:
+        raise BwlabError("--iterations applies to --watch only")
     group = groups.find(args.target)
     if args.revert:
         if args.burst is not None:
