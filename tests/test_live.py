@@ -168,3 +168,25 @@ def test_throttled_time_is_capped_by_what_the_cpus_could_run() -> None:
     analysis = analyze(inflated, Limit(20000, 10000), 0.001, cpus=2)
     assert analysis.throttled > 90 and analysis.below == analysis.throttled
     assert analyze(inflated, Limit(20000, 10000), 0.001, cpus=4).at > 0  # with 4 CPUs it could have
+
+
+def test_sampler_reads_a_tree_and_says_what_is_wrong(tmp_path: Path) -> None:
+    """Counters from a fake v1 group; a malformed cpu.stat, a group removed: one-line errors."""
+    from bwlab.live.sampler import Reader, sample
+
+    hier = _v1_tree(tmp_path)
+    group = groups.find("/system.slice/a.service", hier)
+    (group.dir / "cpu.stat").write_text("nr_periods 10\nnr_throttled 4\nthrottled_time 3000000\n")
+    assert group.usage_file is not None
+    group.usage_file.write_text("5000000\n")
+    s = Reader(group).read()
+    assert (s.nr_periods, s.nr_throttled, s.throttled_us, s.usage_us) == (10, 4, 3000.0, 5000.0)
+    assert len(sample(group, 0.05, 0.01)) >= 5
+    (group.dir / "cpu.stat").write_text("nr_periods ten\n")
+    with pytest.raises(BwlabError, match="not 'key integer'"):
+        Reader(group).read()
+    (group.dir / "cpu.stat").unlink()
+    with pytest.raises(BwlabError, match=r"has no cpu\.stat"):
+        Reader(group)
+    with pytest.raises(BwlabError, match="at most"):
+        sample(group, 0.01, 0.05)
