@@ -146,6 +146,11 @@ class Machine:
     def ncpu(self) -> int:
         return int(self.facts["ncpu"])
 
+    @property
+    def group_prefix(self) -> str:
+        """bwlab-<the run directory's random part>-: this run's groups, and only they."""
+        return f"{GROUP_TAG}{os.path.basename(self.dir).split('-')[-1]}-"
+
 
 def parse_probe(remote: Remote, text: str) -> Machine:
     """The probe's key=value lines as a Machine, or a one-line error saying what is missing."""
@@ -212,11 +217,11 @@ def runner(machine: Machine, enable_cpuset: bool) -> str:
     return "\n".join(lines) + "\n"
 
 
-def cleaner(machine: Machine, prefix: str) -> str:
+def cleaner(machine: Machine) -> str:
     """cleanup.sh: kill the runner's process group and whatever is in this run's groups, remove
     the groups (deepest first, retrying while tasks exit), run restore.sh, remove D; print
     BWLAB-CLEAN or BWLAB-LEFT and what stayed."""
-    d = machine.dir
+    d, prefix = machine.dir, machine.group_prefix
     roots = " ".join(machine.layout.roots())
     return "\n".join([
         "#!/bin/sh",
@@ -366,12 +371,11 @@ class SshTarget:
     def _session(self, machine: Machine, specs: list[RunSpec], plan_text: str, extra: dict[str, Path],
                  log: Path, limit: float, on_line: Callable[[str], None]) -> Streamed:  # fmt: skip
         """Copy, run and clean up; cleanup also on error and SIGINT, and its leftovers said."""
-        prefix = f"{GROUP_TAG}{os.path.basename(machine.dir).split('-')[-1]}-"
         try:
             files = {**programs_for(specs), **{f"bin/{n}": p for n, p in extra.items()}}
             enable_cpuset = any(s.cpus is not None for s in specs)
             bundle = _bundle(files, {"plan.sh": plan_text, "run.sh": runner(machine, enable_cpuset),
-                                     "cleanup.sh": cleaner(machine, prefix)})  # fmt: skip
+                                     "cleanup.sh": cleaner(machine)})  # fmt: skip
             self.remote.run(f"tar -xf - -C {machine.dir}", bundle)
             missing_libraries(self.remote, machine)
             return stream(self.remote, f"exec sh {machine.dir}/run.sh", log, limit, on_line)
@@ -385,9 +389,8 @@ class SshTarget:
             for spec in specs:
                 spec.workload.require_real()
             features = policies.feature_writes(self.policy) if self.policy else None
-            prefix = f"{GROUP_TAG}{os.path.basename(machine.dir).split('-')[-1]}-"
-            text = plan.render_plan(specs, features, machine.layout, f"{machine.dir}/bin", machine.dir, prefix,
-                                    restore=True)  # fmt: skip
+            text = plan.render_plan(specs, features, machine.layout, f"{machine.dir}/bin", machine.dir,
+                                    machine.group_prefix, restore=True)  # fmt: skip
         except BaseException:
             _cleanup(self.remote, machine)
             raise
