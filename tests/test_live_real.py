@@ -308,3 +308,49 @@ def test_tune_watch_keeps_the_burst_on_matching_groups(tmp_path: Path) -> None:
     finally:
         for grp in made:
             grp.remove()
+
+
+BLOCK_S = 0.2
+
+
+def test_mixed_demand_per_period_truth(tmp_path: Path) -> None:
+    """Demand that alternates every 200 ms between one busy process (demand == the 1-CPU
+    quota: its throttles are unnecessary) and two (twice the quota: over-use), known per
+    period from the block schedule the program prints (tests/data/mixed.c). Periods near a
+    block edge are left out: debt carries over two periods, and a thread's demand is read once a
+    period. Precision and recall of "below quota" >= 95 %."""
+    program = tmp_path / "mixed"
+    subprocess.run(["cc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(program),
+                    str(Path(__file__).parent / "data" / "mixed.c")], check=True)  # fmt: skip
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("mixed"), 10000, 10000, 0, None) as grp:
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                Path(procs).write_text(str(os.getpid()))
+
+        with (tmp_path / "out").open("w+") as out:
+            proc = subprocess.Popen([str(program), "1", "2", str(int(BLOCK_S * 1000)), "9"], stdout=out,
+                                    preexec_fn=join)  # fmt: skip
+            try:
+                time.sleep(0.3)
+                doc = json.loads(bwlab("doctor", rel(grp), "--seconds", "6", "--json", "-", "--no-predict").stdout)
+            finally:
+                proc.kill()
+                proc.wait()
+            out.seek(0)
+            t0 = int(out.readline()) / 1e9
+    counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+    for period in doc["per_period"]:
+        if not period["throttled"]:
+            continue
+        start, end = period["start"], period["start"] + 0.010 * period["periods"]
+        block = int((start - t0) // BLOCK_S)
+        after, before = (start - t0) % BLOCK_S, BLOCK_S - (end - t0) % BLOCK_S
+        if block != int((end - t0 - 1e-9) // BLOCK_S) or after < 0.020 or before < 0.010:
+            continue  # an edge in it, in the two periods before (debt) or the one after (a thread step)
+        truth, said = block % 2 == 0, period["verdict"] == "below"
+        counts[("t" if truth == said else "f") + ("p" if said else "n")] += 1
+    assert counts["tp"] > 50 and counts["tn"] > 50, counts  # both kinds were throttled
+    assert counts["tp"] / (counts["tp"] + counts["fp"]) >= 0.95, counts  # precision of "below quota"
+    assert counts["tp"] / (counts["tp"] + counts["fn"]) >= 0.95, counts  # recall

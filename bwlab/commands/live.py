@@ -68,7 +68,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float) -> tuple[periods.
 
     samples = sampler.sample(group, seconds, interval_s, on_sample)
     cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
-    return periods.analyze(samples, group.effective, interval_s, cpus), recorder
+    return periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus), recorder
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

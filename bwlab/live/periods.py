@@ -22,6 +22,7 @@ CPUs the group can use bounds the usage attributed to the wrong period: `error_u
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from bwlab.live.groups import Limit
@@ -120,9 +121,12 @@ def _interp(a: Sample, b: Sample, t: float) -> float:
     return a.usage_us + (b.usage_us - a.usage_us) * (t - a.t) / (b.t - a.t)
 
 
-def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float) -> Analysis:
-    """Periods and their verdicts from `samples` of a group with `limit`, which can use at most
-    `cpus` CPUs at a time (its threads, the machine's CPUs and its quota bound it)."""
+def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
+            wanted: Callable[[float, float], float | None] | None = None) -> Analysis:  # fmt: skip
+    """Periods and their verdicts from `samples` of a group whose threads can use at most
+    `cpus` CPUs at a time (their number and the machine's CPUs bound it); `wanted(start, end)`,
+    if known, is how many CPUs they wanted around a period (threads.ThreadRecorder), a tighter
+    bound on what they were stopped from running."""
     out = Analysis(limit, interval_s)
     if limit.quota_us is None or len(samples) < 2:
         return out
@@ -158,7 +162,15 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float)
         if throttled:
             capacity = periods * limit.quota_us + limit.burst_us
             # no more than its CPUs could have run in the window (see Period.demand_us)
-            stopped = min(throttled_us, max(0.0, cpus * (times[n] - times[n - 1]) * 1e6 - usage))
-            verdict = "below" if usage + stopped <= capacity * (1 + SLACK) else "at"
+            # no more than the CPUs its threads wanted could have run in the window: usage is
+            # charged at ticks (a period can be charged a tick per CPU of the one before), and
+            # throttled time runs from a throttle to its unthrottle (see Period.demand_us)
+            could = cpus
+            if wanted is not None and (w := wanted(times[n - 1], times[n])) is not None:
+                could = min(cpus, w)
+            most = could * (times[n] - times[n - 1]) * 1e6
+            ran = min(usage, most)
+            stopped = min(throttled_us, max(0.0, most - ran))
+            verdict = "below" if ran + stopped <= capacity * (1 + SLACK) else "at"
         out.periods.append(Period(times[n - 1], times[n], periods, usage, throttled, throttled_us, error, verdict))
     return out

@@ -35,6 +35,8 @@ class ThreadRecorder:
     last_t: float | None = None
     last_throttled_us: float = 0.0
     carry: dict[int, float] = field(default_factory=dict)  # demand beyond a step, moved to the next
+    # per step: (start, end, CPUs the threads wanted: each thread's demand / step, summed)
+    steps: list[tuple[float, float, float]] = field(default_factory=list)
     intervals: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> (run_us, sleep_us)
 
     def step(self, t: float, throttled_us: float) -> None:
@@ -48,6 +50,7 @@ class ThreadRecorder:
                    if tid in self.last}  # fmt: skip
             total = sum(r for r, _ in ran.values())
             stopped = max(0.0, throttled_us - self.last_throttled_us)
+            wanted = 0.0
             for tid, (run, wait) in ran.items():
                 if dt_us <= 0:
                     continue
@@ -55,10 +58,18 @@ class ThreadRecorder:
                 # step after the thread was stopped: what does not fit in this step goes on
                 share = stopped * (run / total if total else 1 / len(ran))
                 want = (run + wait) / 1000 + share + self.carry.get(tid, 0.0)
-                self.carry[tid] = max(0.0, want - dt_us)
+                self.carry[tid] = min(dt_us, max(0.0, want - dt_us))  # the counter lags a step at most
                 want = min(dt_us, want)
                 self.intervals.setdefault(tid, []).append((want, dt_us - want))
+                wanted += want / dt_us if dt_us > 0 else 0.0
+            self.steps.append((self.last_t, t, wanted))
         self.last, self.last_t, self.last_throttled_us = now, t, throttled_us
+
+    def wanted_cpus(self, start: float, end: float) -> float | None:
+        """The most CPUs the threads wanted in a step overlapping [start, end]; None if no
+        step does (not recorded)."""
+        found = [w for a, b, w in self.steps if a < end and b > start]
+        return max(found) if found else None
 
     def busy_threads(self, share: float = 0.05) -> int:
         """Threads that wanted a CPU more than `share` of the time: what competes for the quota."""
