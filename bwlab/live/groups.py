@@ -14,10 +14,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bwlab import cgroup
 from bwlab.errors import BwlabError
 from bwlab.live.identity import Identity, identify
-
-MOUNTS = Path("/proc/mounts")
 
 
 @dataclass(frozen=True)
@@ -78,13 +77,6 @@ class LiveGroup:
         root = self.hierarchy.cpuacct or self.hierarchy.cpu
         return root / self.path.lstrip("/") / "cpuacct.usage"
 
-    def pids(self) -> list[int]:
-        """The group's processes (not its descendants')."""
-        try:
-            return [int(p) for p in (self.dir / "cgroup.procs").read_text().split()]
-        except OSError:
-            return []
-
     def threads(self) -> list[int]:
         """The group's threads, descendants included: what competes for its quota."""
         tids: list[int] = []
@@ -98,26 +90,17 @@ class LiveGroup:
 
 
 def hierarchy() -> Hierarchy:
-    """v2 if a cgroup2 mount offers the cpu controller, else v1's cpu hierarchy (as the host
-    target decides, bwlab/cgroup.py), from /proc/mounts."""
-    try:
-        mounts = [line.split() for line in MOUNTS.read_text().splitlines()]
-    except OSError as exc:
-        raise BwlabError(f"cannot read {MOUNTS}: {exc.strerror}") from exc
-    for fields in mounts:
-        if len(fields) > 2 and fields[2] == "cgroup2":
-            ctrl = Path(fields[1]) / "cgroup.controllers"
-            if ctrl.is_file() and "cpu" in ctrl.read_text().split():
-                return Hierarchy(2, Path(fields[1]))
-    v1 = [(Path(f[1]), set(f[3].split(","))) for f in mounts if len(f) > 3 and f[2] == "cgroup"]
-    cpu = next((p for p, opts in v1 if "cpu" in opts), None)
-    if cpu is None or not (cpu / "cpu.cfs_quota_us").is_file():
-        raise BwlabError("no cgroup CPU bandwidth control here: no cpu controller in cgroup v2 and no v1 cpu "
-                         "hierarchy with cpu.cfs_quota_us (a kernel without CONFIG_CFS_BANDWIDTH?)")  # fmt: skip
-    acct = next((p for p, opts in v1 if "cpuacct" in opts), None)
-    if acct is None:
+    """The hierarchy the host target makes its groups in (cgroup.detect(): v2 when it offers
+    the cpu controller, else v1's cpu hierarchy), with where v1 keeps usage."""
+    found = cgroup.detect()
+    if isinstance(found, cgroup.CgroupV2):
+        return Hierarchy(2, found.root)
+    assert isinstance(found, cgroup.CgroupV1)
+    if (found.cpu / "cpuacct.usage").is_file():  # cpu,cpuacct co-mounted
+        return Hierarchy(1, found.cpu)
+    if found.cpuacct is None:
         raise BwlabError("cgroup v1 without a cpuacct hierarchy: a group's usage cannot be read")
-    return Hierarchy(1, cpu, None if acct == cpu else acct)
+    return Hierarchy(1, found.cpu, found.cpuacct)
 
 
 def _read(path: Path) -> str:

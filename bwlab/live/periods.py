@@ -48,14 +48,6 @@ class Period:
     error_us: float  # bound on usage attributed to the wrong period
     verdict: str  # "" (not throttled), "below" (unnecessary) or "at" (over-use)
 
-    @property
-    def demand_us(self) -> float:
-        """Usage plus throttled time. The verdict caps the throttled part at what the group's
-        CPUs could have run in the period: the counters sum each runqueue's throttle from its
-        start to its unthrottle, which on 6.18 added up to 1.15 x the quota per period for a
-        group at demand == quota whose two threads had only two CPUs (docs/results.md)."""
-        return self.usage_us + self.throttled_us
-
 
 @dataclass
 class Analysis:
@@ -81,9 +73,6 @@ class Analysis:
     @property
     def at(self) -> int:
         return sum(p.throttled for p in self.periods if p.verdict == "at")
-
-    def pct(self, count: int) -> float | None:
-        return 100.0 * count / self.total if self.total else None
 
 
 def fit_phase(intervals: list[tuple[float, float]], period_s: float) -> tuple[float, float] | None:
@@ -161,10 +150,11 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
         verdict = ""
         if throttled:
             capacity = periods * limit.quota_us + limit.burst_us
-            # no more than its CPUs could have run in the window (see Period.demand_us)
-            # no more than the CPUs its threads wanted could have run in the window: usage is
-            # charged at ticks (a period can be charged a tick per CPU of the one before), and
-            # throttled time runs from a throttle to its unthrottle (see Period.demand_us)
+            # demand is usage plus throttled time, each at most what the CPUs its threads
+            # wanted could have run in the window: usage is charged at ticks (a period can be
+            # charged a tick per CPU of the one before), and throttled time runs from a throttle
+            # to its unthrottle, past the period's end (at demand == quota, two threads on two
+            # CPUs, 6.18's counters added up to 1.15 x the quota per period: docs/live.md)
             could = cpus
             if wanted is not None and (w := wanted(times[n - 1], times[n])) is not None:
                 could = min(cpus, w)
