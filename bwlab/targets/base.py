@@ -11,6 +11,7 @@ from typing import Any, Protocol
 
 from bwlab import cpustat, results
 from bwlab.errors import BwlabError
+from bwlab.kernel import kselftest
 from bwlab.scenario import RunSpec, Scenario
 from bwlab.workloads import noise
 from bwlab.workloads.base import json_doc
@@ -154,6 +155,17 @@ def write_result(out_dir: Path, sc: Scenario, meta: dict[str, Any], status: str,
     doc = {"schema": results.SCHEMA, "scenario": sc.name, "description": sc.description,
            "status": status, "meta": meta, "cases": cases}  # fmt: skip
     return results.write(out_dir / f"{sc.name}-{meta['label']}.json", doc)
+
+
+def write_kselftest(out_dir: Path, meta: dict[str, Any], status: str,
+                    record: RawRep | str | None) -> tuple[Path, str, list[kselftest.TestResult]]:  # fmt: skip
+    """test_cpu's record (the plan of kernel/kselftest.plan()) as kselftest-LABEL.json: the
+    file, test_cpu's output and its TAP results."""
+    stdout = record.stdout if isinstance(record, RawRep) else ""
+    tests = kselftest.parse_tap(stdout)
+    doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": status, "meta": meta,
+           "tests": [t.__dict__ for t in tests], "output": stdout, "cases": []}  # fmt: skip
+    return results.write(out_dir / f"kselftest-{meta['label']}.json", doc), stdout, tests
 
 
 def check_run(cases: list[dict[str, Any]], meta: dict[str, Any], where: Path) -> None:

@@ -5,8 +5,9 @@ Records: `BWLAB-HELLO k=v ...` (the machine), `BWLAB-FEATURES ...` (sched/featur
 `BWLAB-NOISE-BEGIN` ... `BWLAB-NOISE-END` (a noise probe's output), per repetition
 `BWLAB-BEGIN CASE REP`, `BWLAB-SECTION NAME` + lines, `BWLAB-END CASE REP`, `BWLAB-ERROR ...`
 and `BWLAB-DONE` at the end. Several scenarios in one boot: each one's part begins with
-`BWLAB-SCENARIO INDEX` (render_plans, split_scenarios). A target that can run a shell with cgroup v2 (a guest, a
-machine over SSH) runs the plan and parses the stream; nothing else is scraped.
+`BWLAB-SCENARIO INDEX` (render_plans, split_scenarios). A target that can run a shell (a guest,
+a machine over SSH; cgroup v2 or v1, see Layout) runs the plan and parses the stream; nothing
+else is scraped.
 """
 
 from __future__ import annotations

@@ -532,18 +532,13 @@ class QemuTarget:
         accel = choose_accel(self.accel, self.image)
         run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
                    plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu}, accel=accel.name)  # fmt: skip
-        record = run.output.records.get((0, 0))
-        stdout = record.stdout if isinstance(record, base.RawRep) else ""
-        tests = kselftest.parse_tap(stdout)
         meta = results.base_meta("guest", label)
         meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),
                      "hz": self.image.hz, "vcpus": self.vcpus, "accel": accel.name,
                      "accel_reason": accel.reason, "patches": list(self.image.patches),
                      "console_log": str(run.console), "splats": run.splats[:20],
                      "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread})  # fmt: skip
-        doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run.status, "meta": meta,
-               "tests": [t.__dict__ for t in tests], "output": stdout, "cases": []}  # fmt: skip
-        path = results.write(out_dir / f"kselftest-{label}.json", doc)
+        path, _, tests = base.write_kselftest(out_dir, meta, run.status, run.output.records.get((0, 0)))
         if run.status == "timeout":
             raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run.console}")
         if run.splats:

@@ -205,9 +205,7 @@ def runner(machine: Machine, enable_cpuset: bool) -> str:
         ") >/dev/null 2>&1 &",
         "WATCH=$!",
         "exec 4<&-",
-        "exec 3>&1 >$D/plan.log 2>&1",
-        'echo "BWLAB-HELLO release=$(uname -r) ncpu=$(nproc) '
-        'slice_us=$(cat /proc/sys/kernel/sched_cfs_bandwidth_slice_us 2>/dev/null)" >&3',
+        "exec 3>&1 >$D/plan.log 2>&1",  # the machine's facts came with the probe: no BWLAB-HELLO
     ]
     if machine.layout.version == 2:
         ctl = "+cpu" + (" +cpuset" if enable_cpuset else "")
@@ -413,12 +411,12 @@ class SshTarget:
         output = plan.parse_records(run.text)
         meta = results.base_meta("ssh", self.label)
         hz = machine.facts.get("hz", "")
-        slice_us = output.hello.get("slice_us") or machine.facts.get("slice_us", "")
+        slice_us = machine.facts.get("slice_us", "")
         meta.update({
             "remote": self.remote.url,
             "remote_hostname": machine.facts.get("hostname"),
             "policy": self.policy,
-            "sched_features": policies.parse_features(output.features) if output.features else {},
+            "sched_features": policies.parse_features(output.features),
             "kernel_release": machine.facts.get("release"),
             "source_version": (machine.facts.get("release") or "").split("-")[0] or None,
             "series_hash": None,
@@ -432,7 +430,8 @@ class SshTarget:
         if output.noise:
             meta["noise"] = base.machine_noise(output.noise)
         cases = base.case_docs(specs, output.records)
-        status = run.status if run.status != "ok" or (output.done and not output.errors) else "failed"
+        complete = output.done and not output.errors
+        status = "failed" if run.status == "ok" and not complete else run.status
         path = base.write_result(out_dir, sc, meta, status, cases)
         if run.status == "timeout":
             raise BwlabError(f"{self.remote.url}: the run took longer than {limit:.0f} s and was stopped")
@@ -449,17 +448,12 @@ class SshTarget:
         text = kselftest.plan([], bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir)
         log = out_dir / "logs" / f"kselftest-{self.label}.results.log"
         run = self._session(machine, [], text, {"test_cpu": test_cpu}, log, timeout_s, lambda _: None)
-        output = plan.parse_records(run.text)
-        record = output.records.get((0, 0))
-        stdout = record.stdout if isinstance(record, base.RawRep) else ""
-        tests = kselftest.parse_tap(stdout)
         meta = results.base_meta("ssh", self.label)
         meta.update({"remote": self.remote.url, "kernel_release": machine.facts.get("release"),
                      "vcpus": machine.ncpu, "cgroup": machine.layout.describe(),
                      "elapsed_s": round(run.elapsed_s, 1)})  # fmt: skip
-        doc = {"schema": results.SCHEMA, "scenario": "kselftest", "status": run.status, "meta": meta,
-               "tests": [t.__dict__ for t in tests], "output": stdout, "cases": []}  # fmt: skip
-        path = results.write(out_dir / f"kselftest-{self.label}.json", doc)
+        record = plan.parse_records(run.text).records.get((0, 0))
+        path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, record)
         if run.status != "ok":
             raise BwlabError(f"{self.remote.url}: test_cpu did not finish ({run.error or run.status})")
         if not tests:
