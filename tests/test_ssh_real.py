@@ -23,6 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -141,6 +142,16 @@ def _compare_throttled(a: Path, b: Path) -> dict[str, object]:
     return dict(row)
 
 
+def host_and_ssh(sshd: Sshd, scenario: str, name: str, out: Path, *args: str) -> tuple[dict[str, Any], ...]:
+    """`bwlab run` of one scenario on the host target, then over ssh:// into `out`; both
+    result documents (the scenario's file names start with `name`)."""
+    common = ["run", scenario, *args, "--out", str(out)]
+    for target in (["--target", "host"], ssh_args(sshd)):
+        proc = bwlab(*common, *target, timeout=300)
+        assert proc.returncode == 0, proc.stderr
+    return tuple(json.loads((out / f"{name}-{label}.json").read_text()) for label in ("host", "ssh-bwlab-test"))
+
+
 def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
     """The same kernel twice, once through sshd: the same result shape and meta, and
     throttled % at a 10 ms period within noise (bwlab compare: not significant at 95 %)."""
@@ -148,13 +159,8 @@ def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
     comparison: dict[str, object] = {}
     for attempt in range(2):  # a 95 % interval misses a true ratio of 1 once in 20: one more pair then
         out = tmp_path / f"try{attempt}"
-        common = ["run", str(DATA / "table2-10ms.toml"), "--reps", "6", "--duration", "3", "--out", str(out)]
-        host = bwlab(*common, "--target", "host", timeout=300)
-        assert host.returncode == 0, host.stderr
-        remote = bwlab(*common, *ssh_args(sshd), timeout=300)
-        assert remote.returncode == 0, remote.stderr
-        host_doc = json.loads((out / "table2-10ms-host.json").read_text())
-        ssh_doc = json.loads((out / "table2-10ms-ssh-bwlab-test.json").read_text())
+        host_doc, ssh_doc = host_and_ssh(sshd, str(DATA / "table2-10ms.toml"), "table2-10ms", out, "--reps", "6",
+                                         "--duration", "3")  # fmt: skip
         assert _shape(ssh_doc) == _shape(host_doc) and ssh_doc["status"] == "ok"
         meta = ssh_doc["meta"]
         assert meta["target"] == "ssh" and meta["remote"] == "ssh://bwlab-test"
@@ -172,13 +178,7 @@ def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
 def test_cglat_over_ssh_has_the_host_shape(sshd: Sshd, tmp_path: Path) -> None:
     """cglat's cases (a cpuset one among them) over ssh: every case and metric the host has."""
     before = _run_dirs()
-    common = ["run", "cglat", "--reps", "2", "--duration", "2", "--out", str(tmp_path)]
-    host = bwlab(*common, "--target", "host", timeout=300)
-    assert host.returncode == 0, host.stderr
-    remote = bwlab(*common, *ssh_args(sshd), timeout=300)
-    assert remote.returncode == 0, remote.stderr
-    host_doc = json.loads((tmp_path / "cglat-host.json").read_text())
-    ssh_doc = json.loads((tmp_path / "cglat-ssh-bwlab-test.json").read_text())
+    host_doc, ssh_doc = host_and_ssh(sshd, "cglat", "cglat", tmp_path, "--reps", "2", "--duration", "2")
     assert _shape(ssh_doc) == _shape(host_doc)
     for case in ssh_doc["cases"]:
         for rep in case["reps"]:
