@@ -131,10 +131,15 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         _one_line(bwlab("tune", rel(grp), "--burst", "-5", env=env), "expected auto or a number")
         _one_line(bwlab("tune", rel(grp), "--revert", env=env), "never changed")
         _one_line(bwlab("tune", rel(grp), env=env), "needs --burst")
+        # bwlab imported as root (the checkout need not be readable by others), then run as nobody
+        drop = (
+            "import os, sys; from bwlab import cli; os.setgroups([]); os.setresgid(65534, 65534, 65534); "
+            "os.setresuid(65534, 65534, 65534); sys.exit(cli.main(sys.argv[1:]))"
+        )
         with tempfile.TemporaryDirectory(dir="/tmp") as home:  # a home the user nobody can write
             os.chmod(home, 0o777)
-            nobody = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", *_cli(),
-                                     "tune", rel(grp), "--burst", "1000"], capture_output=True, text=True, cwd=REPO,
+            nobody = subprocess.run([sys.executable, "-c", drop, "tune", rel(grp), "--burst", "1000"],
+                                    capture_output=True, text=True, cwd=REPO,
                                     env={**os.environ, "HOME": home, "BWLAB_CACHE": home})  # fmt: skip
         _one_line(nobody, "no permission")
         assert int(burst_file.read_text()) == 0
