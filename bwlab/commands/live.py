@@ -10,6 +10,7 @@ import os
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -18,7 +19,7 @@ from rich.live import Live
 from rich.table import Table
 
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, periods, plot, sampler, threads, tune, whatif, window
+from bwlab.live import diagnose, ebpf, groups, periods, plot, sampler, threads, tune, whatif, window
 from bwlab.live.groups import Limit, LiveGroup
 from bwlab.paths import sysctl_path
 from bwlab.progress import console
@@ -27,6 +28,7 @@ from bwlab.targets.host import kernel_hz
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
 # which it is given a share of, is counted when the period timer unthrottles.
 THREAD_STEP_MIN_S = 0.005
+THREAD_STEP_MAX_S = 0.010
 
 # the what-if's longer period: the kernel's default
 LONG_PERIOD_US = 100_000
@@ -37,14 +39,17 @@ REDISCOVER = 5
 out = Console(highlight=False)  # reports and tables: stdout (progress stays on stderr)
 
 
-def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None) -> diagnose.Facts:
-    """The machine, and the group's threads: those that were busy while watched, else all."""
+def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
+             timer_late_us: list[float] | None = None) -> diagnose.Facts:  # fmt: skip
+    """The machine, and the group's threads: those that were busy while watched, else all;
+    the period timer's lateness if it was traced."""
     slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
     slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
     busy = recorder.busy_threads() if recorder is not None else 0
     return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us,
                           threads=busy or len(group.threads()),
-                          mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0)  # fmt: skip
+                          mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
+                          timer_late_us=timer_late_us)  # fmt: skip
 
 
 def _check_seconds(seconds: float, interval_ms: float) -> None:
@@ -54,21 +59,46 @@ def _check_seconds(seconds: float, interval_ms: float) -> None:
         raise BwlabError(f"--interval-ms {interval_ms:g}: expected 0.1..1000")
 
 
-def watch(group: LiveGroup, seconds: float, interval_s: float) -> tuple[periods.Analysis, threads.ThreadRecorder]:
-    """Sample the group's counters (and its threads' demand) and cut them into periods."""
+@dataclass
+class Watched:
+    analysis: periods.Analysis
+    recorder: threads.ThreadRecorder
+    timer_late_us: list[float] | None = None  # traced: each period timer expiry's lateness
+
+
+def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = False) -> Watched:
+    """Sample the group's counters (and its threads' demand) and cut them into periods;
+    `traced`: with the eBPF mode's exact boundaries and demand."""
     if group.effective.quota_us is None:
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     recorder = threads.ThreadRecorder(group.threads())
-    every = max(1, round(max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6) / interval_s))
+    tracer = ebpf.Tracer(recorder.tids) if traced else None
+    step = min(THREAD_STEP_MAX_S, max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6 / 2))
+    every = max(1, round(step / interval_s))
 
     def on_sample(index: int, parse: Callable[[], sampler.Sample]) -> None:
         if index % every == 0:
             s = parse()
             recorder.step(s.t, s.throttled_us)
 
-    samples = sampler.sample(group, seconds, interval_s, on_sample)
+    try:
+        if tracer is not None:
+            tracer.wait_attached()
+        samples = sampler.sample(group, seconds, interval_s, on_sample)
+        trace = tracer.stop() if tracer is not None else None
+    finally:
+        if tracer is not None:
+            tracer.close()
     cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
-    return periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus), recorder
+    if trace is None:
+        return Watched(
+            periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us),
+            recorder,
+        )
+    expiries = trace.timer_of(periods.boundary_intervals(samples))
+    analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
+                               expiries, lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
+    return Watched(analysis, recorder, trace.lateness_us(expiries, group.effective.period_us / 1e6))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -76,8 +106,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     group = groups.find(args.target)
     interval_s = args.interval_ms / 1000
     with console.status(f"watching {group.path} for {args.seconds:g} s (every {args.interval_ms:g} ms)"):
-        analysis, recorder = watch(group, args.seconds, interval_s)
-    facts = facts_of(group, recorder)
+        watched = watch(group, args.seconds, interval_s, args.ebpf)
+    analysis, recorder = watched.analysis, watched.recorder
+    facts = facts_of(group, recorder, watched.timer_late_us)
     diag = diagnose.diagnose(group, analysis, facts)
     predictions: list[whatif.Prediction] = []
     if diag.burst_us is not None and not args.no_predict:
@@ -117,7 +148,8 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
         "group": group.path, "hierarchy": group.hierarchy.describe(), "identity": group.identity.describe(),
         "limit": group.limit.describe(), "effective_limit": group.effective.describe(),
         "limited_by": group.limited_by, "facts": facts.__dict__,
-        "sampling": {"interval_ms": analysis.interval_s * 1000, "phase_window_us": analysis.phase_window_us,
+        "sampling": {"interval_ms": analysis.interval_s * 1000, "traced": analysis.exact,
+                     "phase_window_us": analysis.phase_window_us,
                      "max_error_us": max((p.error_us for p in analysis.periods), default=None)},
         "periods": analysis.total, "throttled": analysis.throttled, "below_quota": analysis.below,
         "at_quota": analysis.at,
@@ -126,7 +158,12 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
                          "throttled_pct_sd": p.throttled_pct_sd, "seeds": p.reps} for p in predictions],
         "per_period": [{"start": round(p.start, 6), "periods": p.periods, "usage_us": round(p.usage_us),
                         "throttled": p.throttled, "throttled_us": round(p.throttled_us),
-                        "error_us": round(p.error_us), "verdict": p.verdict} for p in analysis.periods],
+                        "error_us": round(p.error_us), "verdict": p.verdict,
+                        "demand_us": None if p.demand_us is None else round(p.demand_us),
+                        "wanted_us": None if p.wanted_us is None else round(p.wanted_us),
+                        **({"estimated": p.estimated,
+                            "estimated_us": None if p.estimated_us is None else round(p.estimated_us)}
+                           if analysis.exact else {})} for p in analysis.periods],
     }  # fmt: skip
 
 

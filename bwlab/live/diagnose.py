@@ -11,6 +11,8 @@ The causes on a stock kernel (docs/method.md, the cover letter):
 - more runnable threads than the quota's CPUs: they overrun together, and each runs in
   shorter bursts (GOMAXPROCS, thread pools sized to the machine, not the limit).
 - a parent's limit: the group is throttled by an ancestor's quota.
+- a late period timer (traced only): the refill comes late, the throttled runqueues wait for it,
+  and the period that follows is shorter by as much, its quota unchanged.
 """
 
 from __future__ import annotations
@@ -23,6 +25,9 @@ from typing import Any
 from bwlab.live.groups import LiveGroup
 from bwlab.live.periods import Analysis
 
+# a period timer later than this share of the period (p99) is named as a cause
+LATE_TIMER_SHARE = 0.02
+
 
 @dataclass(frozen=True)
 class Facts:
@@ -33,6 +38,7 @@ class Facts:
     slice_us: int  # kernel.sched_cfs_bandwidth_slice_us
     threads: int  # the group's threads that were busy while watched (all of them if none was)
     mean_cpus: float  # CPUs the group used on average while watched
+    timer_late_us: list[float] | None = None  # each period timer expiry's lateness, if traced (ebpf.py)
 
     @property
     def tick_us(self) -> int:
@@ -100,6 +106,14 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
             diag.causes.append(Cause("stranded-runtime", "runtime stranded in other CPUs' local pools",
                                      f"each CPU takes {facts.slice_us / 1000:g} ms slices; {running} CPUs can hold "
                                      f"{held / 1000:g} ms of the {quota / 1000:g} ms quota"))  # fmt: skip
+    late = sorted(facts.timer_late_us or [])
+    if below and late:
+        p99 = late[min(len(late) - 1, int(0.99 * len(late)))]
+        if p99 >= LATE_TIMER_SHARE * limit.period_us:
+            diag.causes.append(Cause("late-timer", "a late period timer",
+                                     f"the refill ran up to {late[-1] / 1000:.2f} ms late (p99 {p99 / 1000:.2f} ms) "
+                                     f"in a {limit.period_us / 1000:g} ms period: throttled runqueues wait for it; "
+                                     "an interrupt-heavy or overcommitted (virtual) machine"))  # fmt: skip
     if facts.threads > math.ceil(limit.cpus or 0) and limit.cpus is not None:
         diag.causes.append(Cause("threads", "more threads than the quota's CPUs",
                                  f"{facts.threads} threads for {limit.cpus:.2f} CPUs: size thread pools "

@@ -71,6 +71,13 @@ class ThreadRecorder:
         found = [w for a, b, w in self.steps if a < end and b > start]
         return max(found) if found else None
 
+    def wanted_us(self, start: float, end: float) -> float | None:
+        """CPU time the threads wanted in [start, end]: each step's wanted CPUs times its
+        overlap with it; None if the steps do not cover it."""
+        if not self.steps or self.steps[0][0] > start or self.steps[-1][1] < end:
+            return None
+        return sum(w * (min(b, end) - max(a, start)) for a, b, w in self.steps if a < end and b > start) * 1e6
+
     def busy_threads(self, share: float = 0.05) -> int:
         """Threads that wanted a CPU more than `share` of the time: what competes for the quota."""
         count = 0
