@@ -11,6 +11,7 @@ PACKAGES=(
   git perl                                                       # git am, checkpatch.pl
   openssh-client openssh-server                                  # the ssh:// target and its tests
   podman runc                                                    # a real container for bwlab doctor/top tests
+  bpftrace                                                       # bwlab doctor --ebpf and its tests
 )
 
 SUDO=""

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 
 from bwlab.errors import BwlabError
-from bwlab.live import groups
+from bwlab.live import ebpf, groups
 from bwlab.live.groups import Hierarchy, Limit
 from bwlab.live.identity import identify
-from bwlab.live.periods import analyze, fit_phase
+from bwlab.live.periods import analyze, boundary_intervals, fit_phase
 from bwlab.live.sampler import Sample
 
 CID = "4f0c1b2a" * 8
@@ -190,3 +190,58 @@ def test_sampler_reads_a_tree_and_says_what_is_wrong(tmp_path: Path) -> None:
         Reader(group)
     with pytest.raises(BwlabError, match="at most"):
         sample(group, 0.01, 0.05)
+
+
+def test_trace_parse_demand_and_lateness() -> None:
+    """bpftrace's map dump, out of order: a thread that wanted a CPU from the start until it
+    slept at 1.004 s, one woken at 1.002 s and preempted (still wanting) until the end; the
+    timer of another group is told apart by its address."""
+    text = "\n".join([
+        "Attaching 4 probes...",
+        "@s[1, 7]: (1004000000, 11, 1)",  # tid 11 switched out asleep (S)
+        "@w[0, 3]: (1002000000, 12)",  # tid 12 woken
+        "@s[0, 4]: (1003000000, 12, 256)",  # tid 12 preempted (TASK_REPORT_MAX): still wants
+        "@p[0, 1]: (1000000000, 4096)",
+        "@p[1, 2]: (1010000500, 4096)",
+        "@p[0, 5]: (1005000000, 8192)",
+        "@x[0, 1]: 3",
+    ])  # fmt: skip
+    trace = ebpf.parse(text, 1.0, 1.010, {11: True, 12: False})
+    assert trace.timers == {4096: [1.0, 1.0100005], 8192: [1.005]}
+    assert trace.wanting == {11: [(1.0, 1.004)], 12: [(1.002, 1.010)]}
+    assert trace.demand_us(1.0, 1.010, cpus=2) == pytest.approx(4000 + 8000)
+    assert trace.demand_us(1.0, 1.010, cpus=1) == pytest.approx(4000 + 6000)  # overlap 1.002-1.004 counts once
+    assert trace.timer_of([(0.9995, 1.0003), (1.0095, 1.0102)]) == [1.0, 1.0100005]
+    assert trace.lateness_us([1.0, 1.0100005, 1.02], 0.01) == pytest.approx([0.0, 0.5, 0.0], abs=1e-6)
+
+
+def test_script_filters_the_threads_and_the_timer() -> None:
+    text = ebpf.script([5, 7], 0xFFFFFFFF813C4EF0)
+    assert "@t[5] = 1; @t[7] = 1;" in text and "(uint64)0xffffffff813c4ef0" in text
+    assert "printf" not in text  # events stay in maps until the end: no wakeup per event
+
+
+def test_exact_boundaries_and_demand_decide_when_traced() -> None:
+    """Traced boundaries replace the estimated ones (error 0) and the traced demand decides;
+    polling's own verdict is kept beside it."""
+    demand = [2.0] * 30
+    samples = _synthetic(demand, 10000, 10000, 0.001)
+    edges = [b for _, b in boundary_intervals(samples)]
+    expiries = [b - 0.0002 for b in edges]  # each boundary 0.2 ms before the sample that saw it
+    analysis = analyze(samples, Limit(10000, 10000), 0.001, cpus=2, boundaries=expiries,
+                       demand=lambda a, b: 0.5 * (b - a) * 1e6)  # fmt: skip
+    assert analysis.exact and all(p.error_us == 0 for p in analysis.periods)
+    assert [round(p.start, 6) for p in analysis.periods] == [round(t, 6) for t in expiries[:-1]]
+    throttled = [p for p in analysis.periods if p.throttled]
+    assert throttled and all(p.verdict == "below" and p.estimated == "at" for p in throttled)
+
+
+def test_threads_wanting_more_than_the_counters_show_is_at_quota() -> None:
+    """Usage at the quota with little throttled time (many threads: the counters miss what
+    they were stopped from running) but threads that wanted both CPUs: over-use."""
+    demand = [0.95] * 50
+    samples = _synthetic(demand, 10000, 10000, 0.001)
+    plain = analyze(samples, Limit(10000, 10000), 0.001, cpus=2)
+    assert plain.throttled and plain.below == plain.throttled
+    wanting = analyze(samples, Limit(10000, 10000), 0.001, cpus=2, wanted_us=lambda a, b: 2 * (b - a) * 1e6)
+    assert wanting.at == wanting.throttled

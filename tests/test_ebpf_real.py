@@ -1,0 +1,144 @@
+"""bwlab doctor --ebpf on real cgroups of the running kernel, and the polling detector checked
+against it.
+
+The eBPF mode (bwlab/live/ebpf.py) traces the period timer's expiries and the group's threads'
+wakeups and sleeps: each period's demand (what the threads ran plus what they were stopped
+from running) is measured, not estimated. Contracts:
+
+- it measures what the workloads are known to want: sysbench with as many threads as the
+  quota's CPUs wants the quota in every period (every throttle below quota); with twice as
+  many, twice the quota (every throttle real);
+- it is the truth for workloads whose demand is not known per period: wakelat's Poisson
+  bursts of 50 ms requests, the `burst` scenario's shape (quota 0.875 x CPUs per 100 ms,
+  15 workers per CPU) and one at a 10 ms period with a 1-CPU quota; polling's verdict agrees
+  with it on >= 95 % of throttled periods, and precision and recall of "below quota" are
+  >= 95 % where the traced truth has at least 20 such periods.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from bwlab import cgroup
+from bwlab.live import ebpf
+from bwlab.workloads import programs
+
+from conftest import bwlab, needs_root
+
+pytestmark = needs_root()
+
+NCPU = len(os.sched_getaffinity(0))
+
+
+@pytest.fixture(scope="module", autouse=True)
+def tracefs() -> Iterator[None]:
+    """bpftrace (scripts/setup.sh installs it) and tracefs, mounted for the test if it is not."""
+    if shutil.which("bpftrace") is None:
+        pytest.fail("bpftrace is missing: scripts/setup.sh installs it")
+    mounted = False
+    if not (ebpf.TRACEFS / "events").is_dir():
+        subprocess.run(["mount", "-t", "tracefs", "nodev", str(ebpf.TRACEFS)], check=True)
+        mounted = True
+    try:
+        yield
+    finally:
+        if mounted:
+            subprocess.run(["umount", str(ebpf.TRACEFS)], check=False)
+
+
+@contextlib.contextmanager
+def running(period_us: int, quota_us: int, argv: list[str]) -> Iterator[str]:
+    """`argv` in a fresh group with this limit; yields the group's path for bwlab."""
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("ebpf"), period_us, quota_us, 0, None) as grp:
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                Path(procs).write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        try:
+            yield "/" + grp.name
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def traced_doctor(path: str, seconds: float) -> dict[str, object]:
+    proc = bwlab("doctor", path, "--seconds", str(seconds), "--ebpf", "--no-predict", "--json", "-", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert isinstance(doc, dict) and doc["sampling"]["traced"] is True
+    return doc
+
+
+def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
+    periods = doc["per_period"]
+    assert isinstance(periods, list)
+    return [p for p in periods if p["throttled"] and p["periods"] == 1]
+
+
+def sysbench(threads: int) -> list[str]:
+    return [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", "--time=60", "run"]
+
+
+def test_traced_demand_is_what_sysbench_wants() -> None:
+    """Demand == quota (threads = the quota's CPUs): every throttled period's traced demand is
+    the quota (within 2 %) and below quota; twice the threads: at least 1.8 x, at quota."""
+    period = 10_000
+    for threads, quota_cpus, share, verdict in ((NCPU, NCPU, 1.0, "below"), (NCPU, NCPU / 2, 2.0, "at")):
+        quota = round(quota_cpus * period)
+        with running(period, quota, sysbench(threads)) as path:
+            doc = traced_doctor(path, 3)
+        found = throttled_periods(doc)
+        assert len(found) >= 30, (threads, quota_cpus, doc["throttled"])
+        demands = [float(p["demand_us"]) / quota for p in found]  # type: ignore[arg-type]
+        assert all(p["verdict"] == verdict for p in found), [p for p in found if p["verdict"] != verdict][:3]
+        if share == 1.0:
+            assert all(abs(d - 1) <= 0.02 for d in demands), sorted(demands)[:: max(1, len(demands) // 10)]
+        else:
+            assert all(d >= 1.8 for d in demands), sorted(demands)[:5]
+
+
+def wakelat(workers: int, rps: float) -> list[str]:
+    return [str(programs.resolve("wakelat")), "-m", "1", "-t", str(workers), "-r", f"{rps:g}", "-p",
+            "-c", "50000", "-S", "100", "-d", "600"]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("period_us", "quota_cpus", "workers", "rps"),
+    [(100_000, 0.875 * NCPU, 15 * NCPU, 12.5 * NCPU), (10_000, 1.0, 16, 8.0)],
+    ids=["burst-scenario", "10ms-1cpu"],
+)
+def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cpus: float, workers: int,
+                                                        rps: float) -> None:  # fmt: skip
+    with running(period_us, round(quota_cpus * period_us), wakelat(workers, rps)) as path:
+        doc = traced_doctor(path, 20)
+    found = throttled_periods(doc)
+    assert len(found) >= 20, doc["throttled"]
+    pairs = [(p["verdict"] == "below", p["estimated"] == "below") for p in found]
+    agree = sum(truth == said for truth, said in pairs) / len(pairs)
+    tp = sum(truth and said for truth, said in pairs)
+    truths, saids = sum(truth for truth, _ in pairs), sum(said for _, said in pairs)
+    summary = f"{len(pairs)} throttled, truth below {truths}, polling below {saids}, both {tp}"
+    print(f"{period_us} us, {quota_cpus:g} CPUs: {summary}, agreement {agree:.3f}")
+    assert agree >= 0.95, summary
+    if truths >= 20:
+        assert tp / saids >= 0.95 and tp / truths >= 0.95, summary
+
+
+def test_ebpf_without_bpftrace_is_one_line(tmp_path: Path) -> None:
+    """No bpftrace on PATH: one line naming it, exit 1."""
+    with running(10_000, 10_000, sysbench(1)) as path:
+        env = dict(os.environ, PATH=str(tmp_path))
+        proc = bwlab("doctor", path, "--seconds", "1", "--ebpf", env=env)
+    assert proc.returncode == 1
+    assert proc.stderr.strip().splitlines() == ["bwlab: error: --ebpf needs bpftrace (Debian: apt install bpftrace)"]
