@@ -15,6 +15,7 @@ from bwlab.live.groups import Hierarchy, Limit
 from bwlab.live.identity import identify
 from bwlab.live.periods import analyze, boundary_intervals, fit_phase
 from bwlab.live.sampler import Sample
+from bwlab.live.threads import ThreadRecorder
 
 CID = "4f0c1b2a" * 8
 UID = "0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"
@@ -245,3 +246,17 @@ def test_threads_wanting_more_than_the_counters_show_is_at_quota() -> None:
     assert plain.throttled and plain.below == plain.throttled
     wanting = analyze(samples, Limit(10000, 10000), 0.001, cpus=2, wanted_us=lambda a, b: 2 * (b - a) * 1e6)
     assert wanting.at == wanting.throttled
+
+
+def test_pooled_threads_do_the_same_work() -> None:
+    """Four threads' work done by two: the same total, no thread more than a step, what does
+    not fit carried to the next step."""
+    rec = ThreadRecorder([1, 2, 3, 4])
+    rec.steps = [(0.0, 0.01, 0.0), (0.01, 0.02, 0.0), (0.02, 0.03, 0.0)]
+    rec.intervals = {1: [(10000, 0), (0, 10000), (0, 10000)], 2: [(10000, 0), (0, 10000), (0, 10000)],
+                     3: [(10000, 0), (0, 10000), (0, 10000)], 4: [(2000, 8000), (0, 10000), (0, 10000)]}  # fmt: skip
+    pool = rec.pooled(2)
+    assert sorted(pool) == [0, 1]
+    assert pool[0] == pool[1]
+    assert [(round(r), round(s)) for r, s in pool[0]] == [(10000, 0), (6000, 4000), (0, 10000)]
+    assert sum(r for ivs in pool.values() for r, _ in ivs) == 32000

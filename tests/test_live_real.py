@@ -109,6 +109,51 @@ def test_twice_the_quota_is_at_quota() -> None:
         assert isinstance(diag, dict) and diag["verdict"] == "at-quota" and diag["commands"] == []
 
 
+def as_predicted(measured: float, predicted: float) -> bool:
+    """The issue's tolerance: within 20 % of the prediction, or 3 points of it below 15 %."""
+    return abs(measured - predicted) <= (3 if max(measured, predicted) < 15 else 0.2 * predicted)
+
+
+def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> None:
+    """The `burst` scenario's shape (wakelat: Poisson 50 ms requests at 12.5 per CPU per second,
+    15 workers per CPU, quota 0.875 x CPUs per 100 ms): over-use in its peaks while its average
+    stays below the quota. doctor says so (cause "bursty"), sizes a burst from what it leaves
+    unused, and predicts throttling as it is and with that burst; the group measured as it is
+    (the same run) and with the burst applied by tune matches each prediction."""
+    period, quota = 100_000, round(0.875 * NCPU * 100_000)
+    argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", str(15 * NCPU), "-r", f"{12.5 * NCPU:g}", "-p",
+            "-c", "50000", "-S", "100", "-d", "600"]  # fmt: skip
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("bursty"), period, quota, 0, None) as grp:
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                Path(procs).write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        try:
+            time.sleep(1)
+            doc = doctor(grp, 20)
+            diag = doc["diagnosis"]
+            assert isinstance(diag, dict) and "bursty" in {c["key"] for c in diag["causes"]}, diag
+            burst = diag["recommended_burst_us"]
+            assert isinstance(burst, int) and 0 < burst <= quota
+            predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+            measured = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
+            assert as_predicted(measured, predicted["as it is"]), (measured, predicted)
+            env = {"BWLAB_CACHE": str(tmp_path)}
+            assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
+            tuned = doctor(grp, 20, "--no-predict")
+            measured = 100 * int(tuned["throttled"]) / int(tuned["periods"])  # type: ignore[call-overload]
+            assert as_predicted(measured, predicted[f"burst {burst} us"]), (measured, predicted)
+            print(f"bursty: as it is {doc['throttled']}/{doc['periods']} (predicted {predicted['as it is']:.1f} %), "
+                  f"burst {burst} us {tuned['throttled']}/{tuned['periods']} "
+                  f"(predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
+        finally:
+            proc.kill()
+            proc.wait()
+
+
 def _one_line(proc: subprocess.CompletedProcess[str], expected: str) -> None:
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 1 and len(lines) == 1 and lines[0].startswith("bwlab: error: "), proc.stderr

@@ -6,6 +6,7 @@ from __future__ import annotations
 import argparse
 import fnmatch
 import json
+import math
 import os
 import tempfile
 import time
@@ -119,6 +120,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             variants = [whatif.Variant("as it is", lim),
                         whatif.Variant(f"burst {diag.burst_us} us", Limit(lim.quota_us, lim.period_us, diag.burst_us)),
                         whatif.Variant("the series (policy all)", lim, "all")]  # fmt: skip
+            pool = math.ceil(lim.cpus or 0)
+            if 0 < pool < facts.threads:  # the same work from as many threads as the quota's CPUs
+                pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", recorder.pooled(pool))
+                variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled))
             if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period
                 quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
                 variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))
@@ -155,7 +160,8 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
         "at_quota": analysis.at,
         "diagnosis": diag.to_json(),
         "predictions": [{"setting": p.variant.label, "policy": p.variant.policy, "throttled_pct": p.throttled_pct,
-                         "throttled_pct_sd": p.throttled_pct_sd, "seeds": p.reps} for p in predictions],
+                         "throttled_pct_sd": p.throttled_pct_sd, "seeds": p.reps,
+                         "stall_p99_us": p.stall_p99_us} for p in predictions],
         "per_period": [{"start": round(p.start, 6), "periods": p.periods, "usage_us": round(p.usage_us),
                         "throttled": p.throttled, "throttled_us": round(p.throttled_us),
                         "error_us": round(p.error_us), "verdict": p.verdict,
@@ -182,11 +188,12 @@ def print_report(doc: dict[str, Any]) -> None:
         out.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
     if doc["predictions"]:
         table = Table(title="what-if (simulator, the recorded threads replayed)")
-        for col in ("setting", "kernel", "throttled periods"):
+        for col in ("setting", "kernel", "throttled periods", "stall p99"):
             table.add_column(col)
         for p in doc["predictions"]:
+            stall = "-" if p["stall_p99_us"] is None else f"{p['stall_p99_us'] / 1000:.2f} ms"
             table.add_row(p["setting"], "patched (all)" if p["policy"] == "all" else "stock",
-                          f"{p['throttled_pct']:.1f} % ±{p['throttled_pct_sd']:.1f}")  # fmt: skip
+                          f"{p['throttled_pct']:.1f} % ±{p['throttled_pct_sd']:.1f}", stall)  # fmt: skip
         out.print(table)
     for cmd in diag["commands"]:
         out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)

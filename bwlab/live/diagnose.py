@@ -11,6 +11,8 @@ The causes on a stock kernel (docs/method.md, the cover letter):
 - more runnable threads than the quota's CPUs: they overrun together, and each runs in
   shorter bursts (GOMAXPROCS, thread pools sized to the machine, not the limit).
 - a parent's limit: the group is throttled by an ancestor's quota.
+- bursts: periods that want more than the quota while the average is well below it; that is
+  what cpu.max.burst is for (it saves unused quota, up to the burst, for the peaks).
 - a late period timer (traced only): the refill comes late, the throttled runqueues wait for it,
   and the period that follows is shorter by as much, its quota unchanged.
 """
@@ -24,6 +26,9 @@ from typing import Any
 
 from bwlab.live.groups import LiveGroup
 from bwlab.live.periods import Analysis
+
+# over-use in some periods while the average is at most this share of the quota: bursty
+BURSTY_SHARE = 0.9
 
 # a period timer later than this share of the period (p99) is named as a cause
 LATE_TIMER_SHARE = 0.02
@@ -118,14 +123,25 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
         diag.causes.append(Cause("threads", "more threads than the quota's CPUs",
                                  f"{facts.threads} threads for {limit.cpus:.2f} CPUs: size thread pools "
                                  f"(GOMAXPROCS, -XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
-    if verdict == "at-quota":
+    used = analysis.used_cpus
+    bursty = at > 0 and used is not None and limit.cpus is not None and used <= BURSTY_SHARE * limit.cpus
+    if bursty and used is not None and limit.cpus is not None and group.limited_by == group.path:
+        # what it leaves unused on average is what a burst lets it save for its peaks
+        spare = round((limit.cpus - used) * limit.period_us)
+        diag.causes.append(Cause("bursty", "bursts above the quota, below it on average",
+                                 f"it used {used:.2f} of {limit.cpus:.2f} CPUs on average, and {at} periods "
+                                 f"wanted more than the quota: a burst of {spare / 1000:g} ms lets it spend in "
+                                 "its peaks the quota it leaves unused"))  # fmt: skip
+        diag.burst_us = max(recommended_burst(group, facts) or 0, min(quota, spare))
+    elif verdict == "at-quota":
         diag.causes.append(Cause("over-use", "demand above the quota",
-                                 f"{at} of {below + at} throttled periods needed more than the quota: a burst "
-                                 "does not help; raise the quota or make the work smaller"))  # fmt: skip
-    elif below:
+                                 f"{at} of {below + at} throttled periods needed more than the quota, "
+                                 f"{used or 0:.2f} CPUs used on average: a burst does not help; raise the quota or "
+                                 "make the work smaller"))  # fmt: skip
+    if below and diag.burst_us is None:
         diag.burst_us = recommended_burst(group, facts)
-        if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
-            diag.commands = commands(group, diag.burst_us)
+    if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
+        diag.commands = commands(group, diag.burst_us)
     return diag
 
 

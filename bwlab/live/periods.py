@@ -73,6 +73,12 @@ class Analysis:
         return sum(p.throttled for p in self.periods)
 
     @property
+    def used_cpus(self) -> float | None:
+        """CPUs the group used on average over its periods; None without one."""
+        span = sum(p.end - p.start for p in self.periods)
+        return sum(p.usage_us for p in self.periods) / (span * 1e6) if span > 0 else None
+
+    @property
     def below(self) -> int:
         return sum(p.throttled for p in self.periods if p.verdict == "below")
 

@@ -1,6 +1,7 @@
 """What a group's threads wanted to run, from /proc/TID/schedstat (time on a CPU, time waiting
-on a runqueue) and the group's throttled time: a thread's demand in an interval is its run
-time, its run delay and its share (by run time) of the time the group sat throttled in it. The
+on a runqueue) and the group's throttled time: a thread's CPU need in an interval is its run
+time and its share (by run time) of the time the group sat throttled in it (what the trace
+replays); the time it wanted a CPU adds its run delay (what the detector weighs). The
 throttled share matters: since 6.18 a throttled task is taken off its runqueue when it returns
 to user space, so its wait while throttled is not run delay. Written as the simulator's trace
 (JSON lines: run_us, sleep_us, thread) to replay it under other settings.
@@ -57,11 +58,13 @@ class ThreadRecorder:
                 # the throttled time is counted when the period timer unthrottles, often a
                 # step after the thread was stopped: what does not fit in this step goes on
                 share = stopped * (run / total if total else 1 / len(ran))
-                want = (run + wait) / 1000 + share + self.carry.get(tid, 0.0)
-                self.carry[tid] = min(dt_us, max(0.0, want - dt_us))  # the counter lags a step at most
-                want = min(dt_us, want)
-                self.intervals.setdefault(tid, []).append((want, dt_us - want))
-                wanted += want / dt_us if dt_us > 0 else 0.0
+                need = run / 1000 + share + self.carry.get(tid, 0.0)  # CPU time: what a replay runs
+                self.carry[tid] = min(dt_us, max(0.0, need - dt_us))  # the counter lags a step at most
+                need = min(dt_us, need)
+                self.intervals.setdefault(tid, []).append((need, dt_us - need))
+                # wanting a CPU also counts the wait behind others (siblings when there are more
+                # threads than CPUs): not CPU time to replay, but time it was runnable
+                wanted += min(dt_us, need + wait / 1000) / dt_us
             self.steps.append((self.last_t, t, wanted))
         self.last, self.last_t, self.last_throttled_us = now, t, throttled_us
 
@@ -92,14 +95,30 @@ class ThreadRecorder:
         span = max((sum(r + s for r, s in ivs) for ivs in self.intervals.values()), default=0.0)
         return total / span if span else 0.0
 
-    def write_trace(self, path: Path) -> Path:
-        """The intervals as a trace file, consecutive equal ones merged; threads renumbered."""
-        if not self.intervals:
+    def pooled(self, k: int) -> dict[int, list[tuple[float, float]]]:
+        """The same work done by a pool of `k` threads (GOMAXPROCS, a thread pool sized to the
+        quota): each step's demand, with what an earlier step could not fit, shared evenly."""
+        out: dict[int, list[tuple[float, float]]] = {i: [] for i in range(k)}
+        backlog = 0.0
+        for j, (a, b, _) in enumerate(self.steps):
+            dt_us = (b - a) * 1e6
+            total = backlog + sum(ivs[j][0] for ivs in self.intervals.values() if j < len(ivs))
+            each = min(dt_us, total / k)
+            backlog = total - each * k
+            for i in range(k):
+                out[i].append((each, dt_us - each))
+        return out
+
+    def write_trace(self, path: Path, intervals: dict[int, list[tuple[float, float]]] | None = None) -> Path:
+        """The intervals (the recorded ones, or these) as a trace file, consecutive equal ones
+        merged; threads renumbered."""
+        intervals = self.intervals if intervals is None else intervals
+        if not intervals or not any(run for ivs in intervals.values() for run, _ in ivs):
             raise BwlabError("no thread of the group ran while it was watched: nothing to replay")
         lines = []
-        for n, tid in enumerate(sorted(self.intervals)):
+        for n, tid in enumerate(sorted(intervals)):
             merged: list[list[float]] = []
-            for run, sleep in self.intervals[tid]:
+            for run, sleep in intervals[tid]:
                 if merged and merged[-1][1] < 1 and sleep < 1:  # both all-run: one longer run
                     merged[-1][0] += run + sleep
                 else:

@@ -7,6 +7,7 @@ from __future__ import annotations
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bwlab import scenario
 from bwlab.live.groups import Limit
@@ -19,6 +20,7 @@ class Variant:
     label: str
     limit: Limit
     policy: str = "mainline"  # a stock kernel; "all": the series
+    trace: Path | None = None  # another recording of the work (threads.pooled), else predict()'s
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,21 @@ class Prediction:
     throttled_pct: float
     throttled_pct_sd: float
     reps: int
+    stall_p99_us: float | None = None  # p99 of a CPU's throttled time in a period, when throttled
+
+
+def stall_p99(outs: list[dict[str, Any]]) -> float | None:
+    """The p99 of how long a CPU's runqueue of the group sat throttled in a period, over the
+    periods the simulations kept (the first seed's); None if none was throttled."""
+    stalls = sorted(cpu[2] / 1000 for out in outs for row in out.get("periods") or [] for cpu in row["cpus"]
+                    if cpu[2] > 0)  # fmt: skip
+    return stalls[min(len(stalls) - 1, int(0.99 * len(stalls)))] if stalls else None
 
 
 def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: int, seconds: float,
             reps: int = 5) -> list[Prediction]:  # fmt: skip
-    """Throttled periods (%) predicted for each variant, mean and stdev over `reps` seeds."""
+    """Throttled periods (%) predicted for each variant, mean and stdev over `reps` seeds, and
+    the p99 throttle stall."""
     out = []
     with tempfile.TemporaryDirectory(prefix="bwlab-whatif-") as tmp:
         for i, v in enumerate(variants):
@@ -40,12 +52,12 @@ def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: 
             text = (f'name = "whatif"\nrepetitions = {reps}\nduration_s = {seconds:g}\n'
                     f"[cgroup]\nperiod_us = {v.limit.period_us}\nquota_cpus = {quota}\nburst_us = {v.limit.burst_us}\n"
                     f'[sysctl]\n"kernel.sched_cfs_bandwidth_slice_us" = {slice_us}\n'
-                    f'[workload]\nkind = "trace"\nfile = "{trace}"\n')  # fmt: skip
+                    f'[workload]\nkind = "trace"\nfile = "{v.trace or trace}"\n')  # fmt: skip
             path = Path(tmp) / f"whatif-{i}.toml"
             path.write_text(text)
             specs = scenario.load(path).resolve(ncpu)
             outs = sim.run_specs(specs, sim.SimTarget(ncpu=ncpu, hz=hz, policy=v.policy))[0]
             values = [float(m) for o in outs if (m := sim.rep_metrics(specs[0], o)[0].get("throttled_pct")) is not None]
             mean, sd = mean_sd(values) if values else (0.0, 0.0)
-            out.append(Prediction(v, mean, sd, len(values)))
+            out.append(Prediction(v, mean, sd, len(values), stall_p99(outs)))
     return out
