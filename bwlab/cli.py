@@ -11,6 +11,7 @@ from types import FrameType
 from typing import NoReturn
 
 from bwlab import cgroup
+from bwlab.commands import exporter as exporter_cmd
 from bwlab.commands import kernel as kernel_cmd
 from bwlab.commands import kselftest as kselftest_cmd
 from bwlab.commands import live as live_cmd
@@ -190,6 +191,18 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ebpf", action="store_true",
                    help="trace with bpftrace (root): exact period boundaries, demand, timer lateness")  # fmt: skip
     p.set_defaults(func=live_cmd.cmd_doctor)
+
+    p = sub.add_parser("exporter", help="Prometheus metrics of below-quota throttling for every limited cgroup")
+    p.add_argument("--listen", metavar="ADDR:PORT", help="serve /metrics here (e.g. 127.0.0.1:9860, :9860)")
+    p.add_argument("--textfile", metavar="DIR", help=f"write DIR/{exporter_cmd.TEXTFILE} for node_exporter, atomically")
+    p.add_argument("--interval", type=float, default=5.0,
+                   help="seconds between reads of every group's counters, and textfile writes (default 5)")  # fmt: skip
+    p.add_argument("--max-hot", type=int, default=16,
+                   help="groups sampled at period resolution at once (default 16)")  # fmt: skip
+    p.add_argument("--duration", type=float, help="stop after this many seconds (default: until SIGTERM)")
+    p.add_argument("--cgroup-root", metavar="DIR",
+                   help="where cgroup filesystems are mounted (default /sys/fs/cgroup)")  # fmt: skip
+    p.set_defaults(func=exporter_cmd.cmd_exporter)
 
     p = sub.add_parser("top", help="CPU-limited cgroups, live: the most likely unnecessary throttling first")
     p.add_argument("--interval", type=float, default=2.0, help="seconds per refresh (default 2)")

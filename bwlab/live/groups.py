@@ -89,10 +89,11 @@ class LiveGroup:
         return tids
 
 
-def hierarchy() -> Hierarchy:
+def hierarchy(root: Path | None = None) -> Hierarchy:
     """The hierarchy the host target makes its groups in (cgroup.detect(): v2 when it offers
-    the cpu controller, else v1's cpu hierarchy), with where v1 keeps usage."""
-    found = cgroup.detect()
+    the cpu controller, else v1's cpu hierarchy), with where v1 keeps usage; `root`: where the
+    cgroup filesystems are mounted, if not /sys/fs/cgroup (a container given the host's)."""
+    found = cgroup.detect(root) if root is not None else cgroup.detect()
     if isinstance(found, cgroup.CgroupV2):
         return Hierarchy(2, found.root)
     assert isinstance(found, cgroup.CgroupV1)

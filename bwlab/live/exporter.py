@@ -1,0 +1,358 @@
+"""Below-quota throttling of every limited cgroup, counted continuously for Prometheus.
+
+The per-period detector (periods.py) needs a group's counters read several times a period;
+doing that for every group of a node would cost more than the 1 % of a CPU an exporter may
+take. So sampling is adaptive: every group's cpu.stat is read every `interval` seconds (cheap:
+one pread each), and a group whose nr_throttled moved becomes *hot*: its counters are read at
+period resolution (a tenth of its period, 1-10 ms) and classified period by period for at least
+HOT_S seconds, as long as it keeps throttling, at most `max_hot` groups at once. Its periods,
+and only those, are counted: `bwlab_watched_periods_total` is the denominator of every rate.
+The throttled periods seen before a group turns hot (one coarse interval) are not classified:
+cAdvisor's container_cpu_cfs_throttled_periods_total counts every throttled period, and the
+difference is what was not watched.
+
+The counters are the detector's verdicts, per period; the collector builds fresh metric
+families from them at each scrape, so a group removed is gone at the next scrape.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+from bwlab.errors import BwlabError
+from bwlab.live import diagnose, groups, periods, sampler, threads
+from bwlab.live.groups import Hierarchy, LiveGroup
+
+HOT_S = 10.0  # a group that throttled is watched at period resolution at least this long
+ANALYZE_S = 1.0  # hot groups' samples are classified this often
+REDISCOVER = 6  # the hierarchy is walked every this many coarse rounds (new groups)
+LABELS = ("id", "container_id", "pod_uid")
+
+
+@dataclass
+class Counts:
+    """What the detector found in a group's watched periods, since the exporter started."""
+
+    watched_periods: int = 0
+    below: int = 0
+    at: int = 0
+    below_s: float = 0.0  # throttled time in below-quota periods
+    at_s: float = 0.0
+    debt_s: float = 0.0  # usage beyond quota + burst in throttled periods: paid from the next
+    causes: dict[str, int] = field(default_factory=dict)  # cause -> throttled periods it was named for
+    recommended_burst_us: int | None = None
+
+
+@dataclass
+class Hot:
+    """A group watched at period resolution."""
+
+    reader: sampler.Reader
+    interval_s: float
+    until: float
+    due: float
+    raws: list[tuple[float, bytes, bytes | None]] = field(default_factory=list)
+    recorder: threads.ThreadRecorder | None = None
+    every: int = 1  # thread steps every this many samples
+
+
+@dataclass
+class Tracked:
+    group: LiveGroup
+    last: sampler.Sample | None = None
+    counts: Counts = field(default_factory=Counts)
+    hot: Hot | None = None
+    failed: bool = False  # a read error was logged once
+
+
+def labels(group: LiveGroup) -> list[str]:
+    ident = group.identity
+    return [group.path, ident.container_id or "", ident.pod_uid or ""]
+
+
+def sample_interval(period_us: int) -> float:
+    """Several samples a period: a tenth of it, 1 to 10 ms."""
+    return min(0.010, max(0.001, period_us / 1e6 / 10))
+
+
+class Watcher:
+    """Every limited group of a hierarchy, read coarsely; the throttling ones classified per
+    period. run() loops until stop(); the collector reads `tracked` under `lock`."""
+
+    def __init__(self, hier: Hierarchy, interval_s: float, max_hot: int, facts: diagnose.Facts,
+                 log: Any = None) -> None:  # fmt: skip
+        self.hier = hier
+        self.interval_s = interval_s
+        self.max_hot = max_hot
+        self.facts = facts
+        self.log = log or (lambda msg: None)
+        self.lock = threading.Lock()
+        self.tracked: dict[str, Tracked] = {}
+        self.errors: dict[str, int] = {"read": 0, "discovery": 0}
+        self._stop = threading.Event()
+        self.rounds = 0
+
+    # --- coarse: every group every interval ---------------------------------------------------
+
+    def discover(self) -> None:
+        try:
+            found = {g.path: g for g in groups.discover(self.hier)}
+        except BwlabError as exc:
+            with self.lock:
+                self.errors["discovery"] += 1
+            self.log(f"discovery: {exc}")
+            return
+        with self.lock:
+            for path in list(self.tracked):
+                if path not in found:
+                    self._drop(path)
+            for path, group in found.items():
+                old = self.tracked.get(path)
+                if old is None:
+                    self.tracked[path] = Tracked(group)
+                elif old.group.effective != group.effective:  # its limit changed: keep its counts
+                    old.group = group
+
+    def _drop(self, path: str) -> None:
+        tr = self.tracked.pop(path)
+        if tr.hot is not None:
+            tr.hot.reader.close()
+
+    def coarse_round(self) -> None:
+        if self.rounds % REDISCOVER == 0:
+            self.discover()
+        self.rounds += 1
+        now = time.monotonic()
+        for path, tr in list(self.tracked.items()):
+            try:
+                if tr.hot is not None:
+                    s = tr.hot.reader.read()
+                else:
+                    reader = sampler.Reader(tr.group)
+                    try:
+                        s = reader.read()
+                    finally:
+                        reader.close()
+            except BwlabError as exc:
+                self._read_failed(path, tr, exc)
+                continue
+            throttling = tr.last is not None and s.nr_throttled > tr.last.nr_throttled
+            tr.last = s
+            if throttling:
+                if tr.hot is not None:
+                    tr.hot.until = now + HOT_S
+                elif self.hot_count() < self.max_hot:
+                    self._heat(tr, now)
+
+    def _read_failed(self, path: str, tr: Tracked, exc: BwlabError) -> None:
+        gone = not tr.group.dir.is_dir()
+        with self.lock:
+            if gone:
+                self._drop(path)
+                return
+            self.errors["read"] += 1
+        if not tr.failed:
+            self.log(f"{path}: {exc}" if path not in str(exc) else str(exc))
+            tr.failed = True
+
+    def hot_count(self) -> int:
+        return sum(tr.hot is not None for tr in self.tracked.values())
+
+    def _heat(self, tr: Tracked, now: float) -> None:
+        try:
+            reader = sampler.Reader(tr.group)
+        except BwlabError:
+            return
+        interval = sample_interval(tr.group.effective.period_us)
+        recorder = threads.ThreadRecorder(tr.group.threads())
+        step = max(0.010, tr.group.effective.period_us / 1e6 / 2)
+        tr.hot = Hot(reader, interval, now + HOT_S, now, recorder=recorder, every=max(1, round(step / interval)))
+
+    # --- fine: the hot groups at period resolution ---------------------------------------------
+
+    def sample_hot(self, now: float) -> float:
+        """Read each hot group that is due; the next time one is."""
+        nxt = now + self.interval_s
+        for path, tr in list(self.tracked.items()):
+            hot = tr.hot
+            if hot is None:
+                continue
+            if hot.due <= now:
+                try:
+                    raw = hot.reader.read_raw()
+                except BwlabError as exc:
+                    self._read_failed(path, tr, exc)
+                    continue
+                hot.raws.append(raw)
+                if hot.recorder is not None and len(hot.raws) % hot.every == 0:
+                    with contextlib.suppress(BwlabError):
+                        s = hot.reader.parse(raw)
+                        hot.recorder.step(s.t, s.throttled_us)
+                hot.due += hot.interval_s
+                if hot.due < now:  # fell behind: do not burst to catch up
+                    hot.due = now + hot.interval_s
+            nxt = min(nxt, hot.due)
+        return nxt
+
+    def analyze_hot(self, now: float) -> None:
+        for path, tr in list(self.tracked.items()):
+            hot = tr.hot
+            if hot is None or len(hot.raws) < 3:
+                continue
+            try:
+                samples = [hot.reader.parse(raw) for raw in hot.raws]
+            except BwlabError as exc:
+                hot.raws.clear()
+                self._read_failed(path, tr, exc)
+                continue
+            edges = [i for i in range(1, len(samples)) if samples[i].nr_periods != samples[i - 1].nr_periods]
+            if len(edges) >= 2:
+                limit = tr.group.effective
+                cpus = max(1, min(self.facts.ncpu, len(hot.recorder.tids) if hot.recorder else self.facts.ncpu))
+                rec = hot.recorder
+                analysis = periods.analyze(samples[: edges[-1] + 1], limit, hot.interval_s, cpus,
+                                           rec.wanted_cpus if rec else None,
+                                           rec.wanted_us if rec else None)  # fmt: skip
+                self._count(tr, analysis, rec)
+                hot.raws = hot.raws[edges[-1] - 1 :]  # the last boundary starts the next analysis
+                if rec is not None:
+                    rec.steps = [s for s in rec.steps if s[1] >= samples[edges[-1] - 1].t]
+                    rec.intervals.clear()
+            if now > hot.until:
+                hot.reader.close()
+                tr.hot = None
+
+    def _count(self, tr: Tracked, analysis: periods.Analysis, rec: threads.ThreadRecorder | None) -> None:
+        limit = tr.group.effective
+        capacity = (limit.quota_us or 0) + limit.burst_us
+        with self.lock:
+            c = tr.counts
+            for p in analysis.periods:
+                c.watched_periods += p.periods
+                if p.verdict == "below":
+                    c.below += p.throttled
+                    c.below_s += p.throttled_us / 1e6
+                elif p.verdict == "at":
+                    c.at += p.throttled
+                    c.at_s += p.throttled_us / 1e6
+                if p.throttled:
+                    c.debt_s += max(0.0, p.usage_us - capacity * p.periods) / 1e6
+            if analysis.throttled:
+                facts = diagnose.Facts(self.facts.ncpu, self.facts.hz, self.facts.slice_us,
+                                       (rec.busy_threads() if rec else 0) or len(rec.tids if rec else []),
+                                       0.0)  # fmt: skip
+                diag = diagnose.diagnose(tr.group, analysis, facts)
+                for cause in diag.causes:
+                    c.causes[cause.key] = c.causes.get(cause.key, 0) + analysis.throttled
+                if diag.burst_us is not None:
+                    c.recommended_burst_us = diag.burst_us
+
+    # --- the loop --------------------------------------------------------------------------------
+
+    def run(self) -> None:
+        next_coarse = time.monotonic()
+        next_analysis = next_coarse + ANALYZE_S
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_coarse:
+                self.coarse_round()
+                next_coarse += self.interval_s
+                if next_coarse < now:
+                    next_coarse = now + self.interval_s
+            if now >= next_analysis:
+                self.analyze_hot(now)
+                next_analysis = now + ANALYZE_S
+            nxt = min(self.sample_hot(time.monotonic()), next_coarse, next_analysis)
+            delay = nxt - time.monotonic()
+            if delay > 0:
+                self._stop.wait(delay)
+        with self.lock:
+            for tr in self.tracked.values():
+                if tr.hot is not None:
+                    tr.hot.reader.close()
+                    tr.hot = None
+
+    def stop(self) -> None:
+        self._stop.set()
+
+
+class BwlabCollector(Collector):
+    """Fresh metric families from the watcher's counts at each scrape."""
+
+    def __init__(self, watcher: Watcher) -> None:
+        self.watcher = watcher
+
+    def collect(self) -> Iterator[Any]:
+        start = time.perf_counter()
+        w = self.watcher
+        watched = CounterMetricFamily("bwlab_watched_periods", "Periods of the group classified at period "
+                                      "resolution: the denominator of the throttled rates", labels=LABELS)  # fmt: skip
+        throttled = CounterMetricFamily("bwlab_throttled_periods", "Throttled periods among the watched ones, by "
+                                        "verdict: below_quota (what it ran plus what it was stopped from running "
+                                        "fits in its quota: unnecessary) or at_quota (it wanted more)",
+                                        labels=(*LABELS, "verdict"))  # fmt: skip
+        seconds = CounterMetricFamily("bwlab_throttled", "Time the group's runqueues sat throttled in "
+                                      "watched throttled periods, by verdict", labels=(*LABELS, "verdict"),
+                                      unit="seconds")  # fmt: skip
+        debt = CounterMetricFamily("bwlab_carried_debt", "CPU time used beyond quota and burst in throttled "
+                                   "periods, paid from the next period", labels=LABELS, unit="seconds")  # fmt: skip
+        causes = CounterMetricFamily("bwlab_throttle_causes", "Watched throttled periods for which a cause was "
+                                     "named (a period may have several)", labels=(*LABELS, "cause"))  # fmt: skip
+        burst = GaugeMetricFamily("bwlab_recommended_burst", "The burst the detector recommends for the group "
+                                  "(cpu.max.burst), absent if none", labels=LABELS, unit="seconds")  # fmt: skip
+        with w.lock:
+            hot = 0
+            for tr in w.tracked.values():
+                lv = labels(tr.group)
+                c = tr.counts
+                hot += tr.hot is not None
+                watched.add_metric(lv, c.watched_periods)
+                throttled.add_metric([*lv, "below_quota"], c.below)
+                throttled.add_metric([*lv, "at_quota"], c.at)
+                seconds.add_metric([*lv, "below_quota"], c.below_s)
+                seconds.add_metric([*lv, "at_quota"], c.at_s)
+                debt.add_metric(lv, c.debt_s)
+                for cause, n in sorted(c.causes.items()):
+                    causes.add_metric([*lv, cause], n)
+                if c.recommended_burst_us is not None:
+                    burst.add_metric(lv, c.recommended_burst_us / 1e6)
+            groups_n = len(w.tracked)
+            errors = dict(w.errors)
+        yield from (watched, throttled, seconds, debt, causes, burst)
+        yield GaugeMetricFamily("bwlab_limited_cgroups", "Cgroups with a CPU limit (their own or a parent's) "
+                                "being watched", value=groups_n)  # fmt: skip
+        yield GaugeMetricFamily("bwlab_hot_cgroups", "Of them, those sampled at period resolution now", value=hot)
+        err = CounterMetricFamily("bwlab_errors", "Errors reading cgroups, by kind", labels=("kind",))
+        for kind, n in sorted(errors.items()):
+            err.add_metric([kind], n)
+        yield err
+        yield GaugeMetricFamily("bwlab_scrape_duration_seconds", "Time this scrape took to build its metrics",
+                                value=time.perf_counter() - start)  # fmt: skip
+
+
+def raise_nofile() -> None:
+    """Hot groups keep their counter files open: the soft open-file limit up to the hard one."""
+    import resource
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if soft < hard:
+        with contextlib.suppress(ValueError, OSError):
+            resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+
+
+def default_facts() -> diagnose.Facts:
+    from bwlab.paths import sysctl_path
+    from bwlab.targets.host import kernel_hz
+
+    slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
+    slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
+    return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us, threads=0, mean_cpus=0.0)

@@ -1,0 +1,138 @@
+"""The exporter's watcher and collector on a fake cgroup v2 tree (the real kernel, a real
+Prometheus server and promtool: tests/test_exporter_real.py).
+
+Contract: every limited group is read each round; one whose nr_throttled moved turns hot (at
+most max_hot); the detector's per-period verdicts become counters with labels that join
+cAdvisor's (id = the cgroup path); a group removed is gone from the next scrape; a malformed
+file counts an error and is logged once."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.parser import text_string_to_metric_families
+
+from bwlab.commands.exporter import parse_listen
+from bwlab.errors import BwlabError
+from bwlab.live import diagnose, exporter, periods
+from bwlab.live.groups import Hierarchy
+
+POD = "0b9c3c2e-4b8f-4c9e-9a53-2f3c4d5e6f70"
+
+
+def _stat(directory: Path, periods_n: int, throttled: int, usage_us: int = 0, throttled_us: int = 0) -> None:
+    (directory / "cpu.stat").write_text(
+        f"usage_usec {usage_us}\nuser_usec 0\nsystem_usec 0\nnr_periods {periods_n}\nnr_throttled {throttled}\n"
+        f"throttled_usec {throttled_us}\nnr_bursts 0\nburst_usec 0\n"
+    )
+
+
+def _tree(root: Path) -> dict[str, Path]:
+    dirs = {"pod": root / "kubepods" / f"pod{POD}", "svc": root / "system.slice" / "a.service"}
+    for name, d in dirs.items():
+        d.mkdir(parents=True)
+        (d / "cpu.max").write_text("20000 10000\n" if name == "pod" else "50000 100000\n")
+        (d / "cpu.max.burst").write_text("0\n")
+        _stat(d, 10, 0)
+    for parent in ("kubepods", "system.slice"):
+        (root / parent / "cpu.max").write_text("max 100000\n")
+    return dirs
+
+
+def _watcher(root: Path, max_hot: int = 4) -> tuple[exporter.Watcher, list[str]]:
+    logged: list[str] = []
+    facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=0, mean_cpus=0.0)
+    return exporter.Watcher(Hierarchy(2, root), 1.0, max_hot, facts, logged.append), logged
+
+
+def _scrape(watcher: exporter.Watcher) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(exporter.BwlabCollector(watcher))
+    text = generate_latest(registry).decode()
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value
+            for fam in text_string_to_metric_families(text) for s in fam.samples}  # fmt: skip
+
+
+def test_groups_turn_hot_when_they_throttle_and_vanish_when_removed(tmp_path: Path) -> None:
+    dirs = _tree(tmp_path)
+    watcher, logged = _watcher(tmp_path)
+    watcher.coarse_round()
+    assert set(watcher.tracked) == {f"/kubepods/pod{POD}", "/system.slice/a.service"}
+    assert watcher.hot_count() == 0
+    _stat(dirs["pod"], 20, 3)
+    watcher.coarse_round()
+    assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None
+    assert watcher.tracked["/system.slice/a.service"].hot is None
+    assert watcher.tracked[f"/kubepods/pod{POD}"].hot.interval_s == 0.001  # type: ignore[union-attr]
+    metrics = _scrape(watcher)
+    pod_labels = (("container_id", ""), ("id", f"/kubepods/pod{POD}"), ("pod_uid", POD))
+    assert metrics[("bwlab_watched_periods_total", pod_labels)] == 0
+    assert metrics[("bwlab_limited_cgroups", ())] == 2 and metrics[("bwlab_hot_cgroups", ())] == 1
+    # removed: gone at once from the watcher and from the next scrape
+    for f in dirs["svc"].iterdir():
+        f.unlink()
+    dirs["svc"].rmdir()
+    watcher.coarse_round()
+    assert "/system.slice/a.service" not in watcher.tracked
+    assert not any(labels and dict(labels).get("id") == "/system.slice/a.service" for _, labels in _scrape(watcher))
+    # malformed: an error counted, one log line however often it is read
+    (dirs["pod"] / "cpu.stat").write_text("nr_periods lots\n")
+    watcher.coarse_round()
+    watcher.coarse_round()
+    assert _scrape(watcher)[("bwlab_errors_total", (("kind", "read"),))] == 2
+    assert len(logged) == 1 and f"/kubepods/pod{POD}" in logged[0]
+
+
+def test_max_hot_caps_the_groups_sampled_finely(tmp_path: Path) -> None:
+    dirs = _tree(tmp_path)
+    watcher, _ = _watcher(tmp_path, max_hot=1)
+    watcher.coarse_round()
+    for d in dirs.values():
+        _stat(d, 20, 5)
+    watcher.coarse_round()
+    assert watcher.hot_count() == 1
+
+
+def test_verdicts_become_counters() -> None:
+    """Two periods below quota and one at, each throttled 1 ms; the debt is the usage beyond
+    the quota in throttled periods."""
+    from bwlab.live.groups import Limit, LiveGroup
+    from bwlab.live.identity import identify
+
+    limit = Limit(20000, 10000)
+    group = LiveGroup(f"/kubepods/pod{POD}", Hierarchy(2, Path("/nonexistent")), limit, limit,
+                      f"/kubepods/pod{POD}", identify(f"/kubepods/pod{POD}"))  # fmt: skip
+    analysis = periods.Analysis(limit, 0.001)
+    for usage, verdict in ((21000, "below"), (19000, "below"), (20000, "at"), (5000, "")):
+        analysis.periods.append(periods.Period(0, 0.01, 1, usage, 1 if verdict else 0, 1000 if verdict else 0,
+                                               0, verdict))  # fmt: skip
+    watcher, _ = _watcher(Path("/nonexistent"))
+    tracked = exporter.Tracked(group)
+    watcher.tracked[group.path] = tracked
+    watcher._count(tracked, analysis, None)
+    c = tracked.counts
+    assert (c.watched_periods, c.below, c.at) == (4, 2, 1)
+    assert c.below_s == pytest.approx(0.002) and c.at_s == pytest.approx(0.001)
+    assert c.debt_s == pytest.approx(0.001)
+    assert c.causes.get("tick-overrun") == 3 and c.recommended_burst_us == 8000
+    metrics = _scrape(watcher)
+    lv = (("container_id", ""), ("id", group.path), ("pod_uid", POD))
+    assert metrics[("bwlab_throttled_periods_total", (*lv, ("verdict", "below_quota")))] == 2
+    assert metrics[("bwlab_throttled_seconds_total", (*lv, ("verdict", "at_quota")))] == pytest.approx(0.001)
+    assert metrics[("bwlab_recommended_burst_seconds", lv)] == pytest.approx(0.008)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [("127.0.0.1:9860", ("127.0.0.1", 9860)), (":9860", ("0.0.0.0", 9860)), ("[::1]:80", ("::1", 80))],
+)
+def test_listen(value: str, expected: tuple[str, int]) -> None:
+    assert parse_listen(value) == expected
+
+
+@pytest.mark.parametrize("value", ["9860", "localhost:9860", "1.2.3.4:0", "1.2.3.4:http"])
+def test_bad_listen(value: str) -> None:
+    with pytest.raises(BwlabError, match="--listen"):
+        parse_listen(value)
