@@ -12,6 +12,7 @@ PACKAGES=(
   openssh-client openssh-server                                  # the ssh:// target and its tests
   podman runc                                                    # a real container for bwlab doctor/top tests
   bpftrace                                                       # bwlab doctor --ebpf and its tests
+  prometheus                                                     # bwlab exporter tests: a real server, promtool
 )
 
 SUDO=""

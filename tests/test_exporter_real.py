@@ -1,0 +1,276 @@
+"""bwlab exporter against the real thing: the running kernel's cgroups, Debian's Prometheus
+server scraping it on 127.0.0.1, promtool, and the shipped manifests validated against the
+Kubernetes schemas (kubernetes-validate, from PyPI).
+
+Contracts:
+- Prometheus, through its HTTP API, sees below-quota throttling > 0 and at-quota == 0 for a
+  group at demand == quota, and the reverse for one at twice its quota;
+- the exposition passes `promtool check metrics`; the rules pass `promtool check rules` and
+  their unit test; every dashboard query is valid PromQL on that server;
+- groups created and removed between and during scrapes: every scrape answers, a removed
+  group has no series at the next one; a malformed file counts an error and logs one line;
+  a killed exporter restarted starts its counters again, which Prometheus counts as a reset.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.parse
+import urllib.request
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from bwlab import cgroup
+from bwlab.workloads import programs
+
+from conftest import REPO, needs_root
+
+pytestmark = needs_root()
+
+NCPU = len(os.sched_getaffinity(0))
+DEPLOY = REPO / "deploy"
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+def get(url: str, timeout: float = 5) -> str:
+    with urllib.request.urlopen(url, timeout=timeout) as resp:
+        body: bytes = resp.read()
+        return body.decode()
+
+
+def wait_for(url: str, proc: subprocess.Popen[bytes], seconds: float = 30) -> None:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            pytest.fail(f"{proc.args!r} exited {proc.returncode}")
+        with contextlib.suppress(OSError):
+            get(url, 1)
+            return
+        time.sleep(0.2)
+    pytest.fail(f"{url} did not answer in {seconds:g} s")
+
+
+@contextlib.contextmanager
+def exporter(port: int, *extra: str, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+    out = log.open("wb") if log is not None else subprocess.DEVNULL
+    proc = subprocess.Popen([sys.executable, "-m", "bwlab.cli", "exporter", "--listen", f"127.0.0.1:{port}",
+                             "--interval", "0.5", *extra], cwd=REPO, stderr=out)  # fmt: skip
+    try:
+        wait_for(f"http://127.0.0.1:{port}/metrics", proc)
+        yield proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+                pytest.fail("the exporter did not stop on SIGTERM")
+        if log is not None and hasattr(out, "close"):
+            out.close()
+
+
+@contextlib.contextmanager
+def prometheus(tmp_path: Path, target_port: int) -> Iterator[str]:
+    """Debian's Prometheus on 127.0.0.1, scraping the exporter every second; yields its URL."""
+    port = free_port()
+    config = tmp_path / "prometheus.yml"
+    config.write_text(yaml.safe_dump({
+        "global": {"scrape_interval": "1s", "evaluation_interval": "1s"},
+        "scrape_configs": [{"job_name": "bwlab", "static_configs": [{"targets": [f"127.0.0.1:{target_port}"]}]}],
+    }))  # fmt: skip
+    proc = subprocess.Popen(["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+                             f"--web.listen-address=127.0.0.1:{port}"], stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)  # fmt: skip
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_for(f"{url}/-/ready", proc)
+        yield url
+    finally:
+        proc.terminate()
+        proc.wait(timeout=30)
+
+
+def query(url: str, expr: str) -> list[dict[str, object]]:
+    body = json.loads(get(f"{url}/api/v1/query?" + urllib.parse.urlencode({"query": expr})))
+    assert body["status"] == "success", body
+    result = body["data"]["result"]
+    assert isinstance(result, list)
+    return result
+
+
+def value(url: str, expr: str) -> float:
+    total = 0.0
+    for r in query(url, expr):
+        sample = r["value"]
+        assert isinstance(sample, list)
+        total += float(sample[1])
+    return total
+
+
+@contextlib.contextmanager
+def loaded(quota_cpus: float, threads: int) -> Iterator[str]:
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("export"), 10000, round(quota_cpus * 10000), 0, None) as grp:
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                Path(procs).write_text(str(os.getpid()))
+
+        argv = [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", "--time=600", "run"]
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        try:
+            yield "/" + grp.name
+        finally:
+            proc.kill()
+            proc.wait()
+
+
+def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:
+    port = free_port()
+    with exporter(port) as exp, prometheus(tmp_path, port) as prom:
+        for quota_cpus, below_wanted in ((NCPU, True), (NCPU / 2, False)):
+            with loaded(quota_cpus, NCPU) as path:
+                time.sleep(12)  # turns hot within an interval; classified each second; scraped each second
+                sel = f'id="{path}"'
+                below = value(prom, f'increase(bwlab_throttled_periods_total{{{sel},verdict="below_quota"}}[8s])')
+                at = value(prom, f'increase(bwlab_throttled_periods_total{{{sel},verdict="at_quota"}}[8s])')
+                watched = value(prom, f"increase(bwlab_watched_periods_total{{{sel}}}[8s])")
+                assert watched > 300, (path, watched)
+                if below_wanted:
+                    assert below > 0 and at == 0, (below, at)
+                else:
+                    assert at > 0 and below == 0, (below, at)
+            exposition = get(f"http://127.0.0.1:{port}/metrics")
+        assert exp.poll() is None
+        # the exposition is well-formed and follows Prometheus's naming rules
+        lint = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
+        assert lint.returncode == 0, lint.stdout + lint.stderr
+        assert "bwlab_scrape_duration_seconds" in exposition and "# TYPE bwlab_throttled_seconds counter" in exposition
+        # every dashboard query is valid PromQL here
+        dashboard = json.loads((DEPLOY / "kubernetes" / "grafana-dashboard.json").read_text())
+        for panel in dashboard["panels"]:
+            for target in panel["targets"]:
+                query(prom, target["expr"].replace("$namespace", ".*"))
+
+
+def test_rules_check_and_their_unit_test_passes() -> None:
+    rules = DEPLOY / "prometheus" / "rules.yml"
+    for argv in (["promtool", "check", "rules", str(rules)],
+                 ["promtool", "test", "rules", str(DEPLOY / "prometheus" / "rules.test.yml")]):  # fmt: skip
+        proc = subprocess.run(argv, capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+    manifest = yaml.safe_load((DEPLOY / "kubernetes" / "prometheusrule.yaml").read_text())
+    assert manifest["kind"] == "PrometheusRule" and manifest["spec"] == yaml.safe_load(rules.read_text())
+
+
+def test_manifests_validate_against_the_kubernetes_schemas() -> None:
+    kube = DEPLOY / "kubernetes"
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    proc = subprocess.run([str(validator), "--strict", str(kube / "daemonset.yaml"), str(kube / "service.yaml")],
+                          capture_output=True, text=True)  # fmt: skip
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    daemonset = yaml.safe_load((kube / "daemonset.yaml").read_text())
+    (container,) = daemonset["spec"]["template"]["spec"]["containers"]
+    assert "cpu" in container["resources"]["requests"] and "cpu" not in container["resources"].get("limits", {})
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert all(m["readOnly"] for m in container["volumeMounts"])
+    monitor = yaml.safe_load((kube / "podmonitor.yaml").read_text())
+    assert monitor["spec"]["selector"]["matchLabels"] == daemonset["spec"]["selector"]["matchLabels"]
+    assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == container["ports"][0]["name"]
+
+
+def test_groups_come_and_go_during_scrapes() -> None:
+    """Twenty groups created and removed while /metrics is scraped ten times a second: every
+    scrape answers; once removed, a group has no series at the next scrape."""
+    port = free_port()
+    hier = cgroup.detect()
+    with exporter(port):
+        url = f"http://127.0.0.1:{port}/metrics"
+        for _ in range(20):
+            with hier.group(cgroup.unique_name("churn"), 10000, 5000, 0, None) as grp:
+                deadline = time.monotonic() + 0.6
+                while time.monotonic() < deadline:
+                    get(url)
+                    time.sleep(0.1)
+                name = grp.name
+            # removed: the watcher drops it at its next read (each 0.5 s)
+            time.sleep(0.6)
+            assert f'id="/{name}"' not in get(url)
+
+
+def test_malformed_files_count_errors_and_log_once(tmp_path: Path) -> None:
+    """A fake cgroup v2 tree (--cgroup-root): a group whose cpu.stat is malformed is an error
+    counted at every read and logged once; the exporter keeps serving."""
+    root = tmp_path / "cgroup"
+    (root / "bad").mkdir(parents=True)
+    (root / "cgroup.controllers").write_text("cpu io memory\n")
+    (root / "bad" / "cpu.max").write_text("50000 100000\n")
+    (root / "bad" / "cpu.stat").write_text("usage_usec lots\n")
+    port = free_port()
+    log = tmp_path / "log"
+    with exporter(port, "--cgroup-root", str(root), log=log) as proc:
+        time.sleep(3)
+        text = get(f"http://127.0.0.1:{port}/metrics")
+        assert proc.poll() is None
+    errors = [line for line in text.splitlines() if line.startswith('bwlab_errors_total{kind="read"}')]
+    assert errors and float(errors[0].split()[-1]) >= 3, errors
+    lines = [line for line in log.read_text().splitlines() if "/bad" in line]
+    assert len(lines) == 1, log.read_text()
+    assert "Traceback" not in log.read_text()
+
+
+def test_a_restarted_exporter_is_a_counter_reset(tmp_path: Path) -> None:
+    """Killed (SIGKILL) and restarted on the same port: its counters start again from zero,
+    which Prometheus counts as a reset, and increase() over the restart stays positive."""
+    port = free_port()
+    with loaded(NCPU, NCPU) as path, prometheus(tmp_path, port) as prom:
+        sel = f'bwlab_watched_periods_total{{id="{path}"}}'
+        with exporter(port) as first:
+            time.sleep(6)
+            assert value(prom, sel) > 0
+            first.kill()
+            first.wait()
+        with exporter(port):
+            time.sleep(8)
+            assert value(prom, f"resets({sel}[20s])") >= 1
+            assert value(prom, f"increase({sel}[20s])") > 0
+
+
+@pytest.mark.parametrize("argv", [["--listen", "nowhere"], ["--interval", "0"], ["--textfile", "/nonexistent"],
+                                  []])  # fmt: skip
+def test_bad_input_is_one_line(argv: list[str]) -> None:
+    proc = subprocess.run([sys.executable, "-m", "bwlab.cli", "exporter", *argv], cwd=REPO, capture_output=True,
+                          text=True, timeout=60)  # fmt: skip
+    assert proc.returncode != 0
+    lines = proc.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("bwlab"), proc.stderr
+
+
+def test_textfile_is_written_atomically(tmp_path: Path) -> None:
+    """--textfile DIR: DIR/bwlab.prom appears, is valid for promtool, and no temporary file is
+    left beside it when the exporter stops."""
+    proc = subprocess.run([sys.executable, "-m", "bwlab.cli", "exporter", "--textfile", str(tmp_path), "--interval",
+                           "0.5", "--duration", "2"], cwd=REPO, capture_output=True, text=True, timeout=60)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert [p.name for p in tmp_path.iterdir()] == ["bwlab.prom"]
+    lint = subprocess.run(["promtool", "check", "metrics"], input=(tmp_path / "bwlab.prom").read_text(),
+                          capture_output=True, text=True)  # fmt: skip
+    assert lint.returncode == 0, lint.stdout + lint.stderr
