@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import re
 import threading
 import time
 from collections.abc import Iterator
@@ -36,6 +37,7 @@ HOT_S = 10.0  # a group that throttled is watched at period resolution at least 
 ANALYZE_S = 1.0  # hot groups' samples are classified this often
 REDISCOVER = 6  # the hierarchy is walked every this many coarse rounds (new groups)
 LABELS = ("id", "container_id", "pod_uid")
+NR_THROTTLED = re.compile(rb"^nr_throttled (\d+)$", re.MULTILINE)
 
 
 @dataclass
@@ -68,10 +70,20 @@ class Hot:
 @dataclass
 class Tracked:
     group: LiveGroup
-    last: sampler.Sample | None = None
+    last_throttled: int | None = None  # nr_throttled at the last coarse read
+    stat_fd: int | None = None  # cpu.stat, kept open for the coarse reads
     counts: Counts = field(default_factory=Counts)
     hot: Hot | None = None
     failed: bool = False  # a read error was logged once
+
+    def close(self) -> None:
+        if self.stat_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(self.stat_fd)
+            self.stat_fd = None
+        if self.hot is not None:
+            self.hot.reader.close()
+            self.hot = None
 
 
 def labels(group: LiveGroup) -> list[str]:
@@ -123,35 +135,42 @@ class Watcher:
                     old.group = group
 
     def _drop(self, path: str) -> None:
-        tr = self.tracked.pop(path)
-        if tr.hot is not None:
-            tr.hot.reader.close()
+        self.tracked.pop(path).close()
 
     def coarse_round(self) -> None:
+        """Every group's nr_throttled (one pread of cpu.stat on a file kept open); a group whose
+        count moved turns hot."""
         if self.rounds % REDISCOVER == 0:
             self.discover()
         self.rounds += 1
         now = time.monotonic()
         for path, tr in list(self.tracked.items()):
             try:
-                if tr.hot is not None:
-                    s = tr.hot.reader.read()
-                else:
-                    reader = sampler.Reader(tr.group)
-                    try:
-                        s = reader.read()
-                    finally:
-                        reader.close()
+                throttled = self._nr_throttled(tr)
             except BwlabError as exc:
                 self._read_failed(path, tr, exc)
                 continue
-            throttling = tr.last is not None and s.nr_throttled > tr.last.nr_throttled
-            tr.last = s
-            if throttling:
+            moved = tr.last_throttled is not None and throttled > tr.last_throttled
+            tr.last_throttled = throttled
+            if moved:
                 if tr.hot is not None:
                     tr.hot.until = now + HOT_S
                 elif self.hot_count() < self.max_hot:
                     self._heat(tr, now)
+
+    def _nr_throttled(self, tr: Tracked) -> int:
+        path = tr.group.stat_file
+        try:
+            if tr.stat_fd is None:
+                tr.stat_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+            text = os.pread(tr.stat_fd, 4096, 0)
+        except OSError as exc:
+            tr.close()
+            raise BwlabError(f"cannot read {path}: {exc.strerror}") from None
+        match = NR_THROTTLED.search(text)
+        if match is None:
+            raise BwlabError(f"{path}: no nr_throttled count")
+        return int(match.group(1))
 
     def _read_failed(self, path: str, tr: Tracked, exc: BwlabError) -> None:
         gone = not tr.group.dir.is_dir()
@@ -277,9 +296,7 @@ class Watcher:
                 self._stop.wait(delay)
         with self.lock:
             for tr in self.tracked.values():
-                if tr.hot is not None:
-                    tr.hot.reader.close()
-                    tr.hot = None
+                tr.close()
 
     def stop(self) -> None:
         self._stop.set()
