@@ -121,9 +121,9 @@ def wakelat(workers: int, rps: float) -> list[str]:
 def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cpus: float, workers: int,
                                                         rps: float) -> None:  # fmt: skip
     with running(period_us, round(quota_cpus * period_us), wakelat(workers, rps)) as path:
-        doc = traced_doctor(path, 20)
+        doc = traced_doctor(path, 30)
     found = throttled_periods(doc)
-    assert len(found) >= 20, doc["throttled"]
+    assert len(found) >= 10, doc["throttled"]  # bursts: 5-38 % of periods throttled in 20 s runs
     pairs = [(p["verdict"] == "below", p["estimated"] == "below") for p in found]
     agree = sum(truth == said for truth, said in pairs) / len(pairs)
     tp = sum(truth and said for truth, said in pairs)

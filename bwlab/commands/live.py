@@ -31,6 +31,10 @@ from bwlab.targets.host import kernel_hz
 THREAD_STEP_MIN_S = 0.005
 THREAD_STEP_MAX_S = 0.010
 
+# the what-if replays the whole recording, up to this long (bursty groups differ from one
+# 10 s stretch to the next as much as the prediction's tolerance)
+REPLAY_MAX_S = 60.0
+
 # the what-if's longer period: the kernel's default
 LONG_PERIOD_US = 100_000
 
@@ -128,7 +132,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
                 variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))
             predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
-                                         min(args.seconds, 10.0))  # fmt: skip
+                                         min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
     if args.png:
         if not analysis.periods:

@@ -36,6 +36,7 @@ class ThreadRecorder:
     last_t: float | None = None
     last_throttled_us: float = 0.0
     carry: dict[int, float] = field(default_factory=dict)  # demand beyond a step, moved to the next
+    last_weights: dict[int, float] = field(default_factory=dict)  # run per thread, the last step any ran
     # per step: (start, end, CPUs the threads wanted: each thread's demand / step, summed)
     steps: list[tuple[float, float, float]] = field(default_factory=list)
     intervals: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> (run_us, sleep_us)
@@ -49,7 +50,14 @@ class ThreadRecorder:
             dt_us = (t - self.last_t) * 1e6
             ran = {tid: (run - self.last[tid][0], wait - self.last[tid][1]) for tid, (run, wait) in now.items()
                    if tid in self.last}  # fmt: skip
-            total = sum(r for r, _ in ran.values())
+            # the throttled time goes to the threads that ran, by what they ran; in a step where
+            # none ran (all throttled) to those that ran in the last step that had any
+            weights = {tid: float(r) for tid, (r, _) in ran.items()}
+            if not any(weights.values()):
+                weights = {tid: self.last_weights.get(tid, 0.0) for tid in ran}
+            else:
+                self.last_weights = weights
+            total = sum(weights.values())
             stopped = max(0.0, throttled_us - self.last_throttled_us)
             wanted = 0.0
             for tid, (run, wait) in ran.items():
@@ -57,7 +65,7 @@ class ThreadRecorder:
                     continue
                 # the throttled time is counted when the period timer unthrottles, often a
                 # step after the thread was stopped: what does not fit in this step goes on
-                share = stopped * (run / total if total else 1 / len(ran))
+                share = stopped * weights[tid] / total if total else 0.0
                 need = run / 1000 + share + self.carry.get(tid, 0.0)  # CPU time: what a replay runs
                 self.carry[tid] = min(dt_us, max(0.0, need - dt_us))  # the counter lags a step at most
                 need = min(dt_us, need)
