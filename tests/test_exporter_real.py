@@ -148,11 +148,12 @@ def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:
     with exporter(port) as exp, prometheus(tmp_path, port) as prom:
         for quota_cpus, below_wanted in ((NCPU, True), (NCPU / 2, False)):
             with loaded(quota_cpus, NCPU) as path:
-                time.sleep(12)  # turns hot within an interval; classified each second; scraped each second
+                time.sleep(15)  # turns hot within an interval; classified each second; scraped each second
                 sel = f'id="{path}"'
-                below = value(prom, f'increase(bwlab_throttled_periods_total{{{sel},verdict="below_quota"}}[8s])')
-                at = value(prom, f'increase(bwlab_throttled_periods_total{{{sel},verdict="at_quota"}}[8s])')
-                watched = value(prom, f"increase(bwlab_watched_periods_total{{{sel}}}[8s])")
+                # the group is new: its counters' last values are everything counted for it
+                below = value(prom, f'bwlab_throttled_periods_total{{{sel},verdict="below_quota"}}')
+                at = value(prom, f'bwlab_throttled_periods_total{{{sel},verdict="at_quota"}}')
+                watched = value(prom, f"bwlab_watched_periods_total{{{sel}}}")
                 assert watched > 300, (path, watched)
                 # the issue asks for exactly 0 of the other kind; one run of several at demand ==
                 # quota had 2 at-quota periods among 798 (not understood yet): 1 % is allowed
