@@ -161,7 +161,7 @@ def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:
                     assert below > 0 and at <= 0.01 * below, (below, at)
                 else:
                     assert at > 0 and below <= 0.01 * at, (below, at)
-            exposition = get(f"http://127.0.0.1:{port}/metrics")
+                exposition = get(f"http://127.0.0.1:{port}/metrics")  # with the group's series
         assert exp.poll() is None
         # the exposition is well-formed and follows Prometheus's naming rules
         lint = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
