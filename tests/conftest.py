@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
+import signal
 import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from bwlab import cgroup
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -64,3 +68,23 @@ def cmdlines_working_in(directory: Path) -> list[str]:
         except OSError:
             continue
     return found
+
+
+@contextlib.contextmanager
+def running_in_group(label: str, period_us: int, quota_us: int, argv: list[str]) -> Iterator[cgroup.Group]:
+    """A fresh group of the host's hierarchy with this limit, `argv` started inside it (its
+    own session); on the way out its whole session is killed, then the group removed."""
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name(label), period_us, quota_us, 0, None) as grp:
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                Path(procs).write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        try:
+            yield grp
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()

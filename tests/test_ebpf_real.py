@@ -27,11 +27,10 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import cgroup
 from bwlab.live import ebpf
 from bwlab.workloads import programs
 
-from conftest import bwlab, needs_root
+from conftest import bwlab, needs_root, running_in_group
 
 pytestmark = needs_root()
 
@@ -57,19 +56,8 @@ def tracefs() -> Iterator[None]:
 @contextlib.contextmanager
 def running(period_us: int, quota_us: int, argv: list[str]) -> Iterator[str]:
     """`argv` in a fresh group with this limit; yields the group's path for bwlab."""
-    hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("ebpf"), period_us, quota_us, 0, None) as grp:
-
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
-
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
-        try:
-            yield "/" + grp.name
-        finally:
-            proc.kill()
-            proc.wait()
+    with running_in_group("ebpf", period_us, quota_us, argv) as grp:
+        yield "/" + grp.name
 
 
 def traced_doctor(path: str, seconds: float) -> dict[str, object]:

@@ -33,7 +33,7 @@ import yaml
 from bwlab import cgroup
 from bwlab.workloads import programs
 
-from conftest import REPO, needs_root
+from conftest import REPO, needs_root, running_in_group
 
 pytestmark = needs_root()
 
@@ -127,20 +127,9 @@ def value(url: str, expr: str) -> float:
 
 @contextlib.contextmanager
 def loaded(quota_cpus: float, threads: int) -> Iterator[str]:
-    hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("export"), 10000, round(quota_cpus * 10000), 0, None) as grp:
-
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
-
-        argv = [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", "--time=600", "run"]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
-        try:
-            yield "/" + grp.name
-        finally:
-            proc.kill()
-            proc.wait()
+    argv = [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", "--time=600", "run"]
+    with running_in_group("export", 10000, round(quota_cpus * 10000), argv) as grp:
+        yield "/" + grp.name
 
 
 def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:

@@ -27,7 +27,7 @@ from bwlab import cgroup, cpustat
 from bwlab.targets.host import kernel_hz
 from bwlab.workloads import programs
 
-from conftest import REPO, bwlab, needs_root
+from conftest import REPO, bwlab, needs_root, running_in_group
 
 pytestmark = needs_root()
 
@@ -38,23 +38,10 @@ TICK_US = 1_000_000 // (kernel_hz() or 250)
 @contextlib.contextmanager
 def loaded_group(period_us: int, quota_cpus: float, threads: int, seconds: float) -> Iterator[cgroup.Group]:
     """A fresh group with this limit, sysbench cpu inside with `threads` threads."""
-    hier = cgroup.detect()
-    name = cgroup.unique_name("live")
-    with hier.group(name, period_us, round(quota_cpus * period_us), 0, None) as grp:
-        argv = [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", f"--time={int(seconds)}", "run"]
-
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
-
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
-        try:
-            time.sleep(0.5)  # sysbench's threads started
-            yield grp
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    argv = [str(programs.resolve("sysbench")), "cpu", f"--threads={threads}", f"--time={int(seconds)}", "run"]
+    with running_in_group("live", period_us, round(quota_cpus * period_us), argv) as grp:
+        time.sleep(0.5)  # sysbench's threads started
+        yield grp
 
 
 def rel(grp: cgroup.Group) -> str:
@@ -123,37 +110,26 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     period, quota = 100_000, round(0.875 * NCPU * 100_000)
     argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", str(15 * NCPU), "-r", f"{12.5 * NCPU:g}", "-p",
             "-c", "50000", "-S", "100", "-d", "600"]  # fmt: skip
-    hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("bursty"), period, quota, 0, None) as grp:
-
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
-
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
-        try:
-            time.sleep(1)
-            doc = doctor(grp, 20)
-            diag = doc["diagnosis"]
-            assert isinstance(diag, dict) and "bursty" in {c["key"] for c in diag["causes"]}, diag
-            burst = diag["recommended_burst_us"]
-            assert isinstance(burst, int) and 0 < burst <= quota
-            predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
-            measured = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
-            # as it is: bursts throttle 6-26 % of periods from one 20 s run to the next, and the
-            # replay of the same run has missed the measurement by up to 8 points: within 10
-            assert abs(measured - predicted["as it is"]) <= 10, (measured, predicted)
-            env = {"BWLAB_CACHE": str(tmp_path)}
-            assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
-            tuned = doctor(grp, 20, "--no-predict")
-            measured = 100 * int(tuned["throttled"]) / int(tuned["periods"])  # type: ignore[call-overload]
-            assert as_predicted(measured, predicted[f"burst {burst} us"]), (measured, predicted)
-            print(f"bursty: as it is {doc['throttled']}/{doc['periods']} (predicted {predicted['as it is']:.1f} %), "
-                  f"burst {burst} us {tuned['throttled']}/{tuned['periods']} "
-                  f"(predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
-        finally:
-            proc.kill()
-            proc.wait()
+    with running_in_group("bursty", period, quota, argv) as grp:
+        time.sleep(1)
+        doc = doctor(grp, 20)
+        diag = doc["diagnosis"]
+        assert isinstance(diag, dict) and "bursty" in {c["key"] for c in diag["causes"]}, diag
+        burst = diag["recommended_burst_us"]
+        assert isinstance(burst, int) and 0 < burst <= quota
+        predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+        measured = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
+        # as it is: bursts throttle 6-26 % of periods from one 20 s run to the next, and the
+        # replay of the same run has missed the measurement by up to 8 points: within 10
+        assert abs(measured - predicted["as it is"]) <= 10, (measured, predicted)
+        env = {"BWLAB_CACHE": str(tmp_path)}
+        assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
+        tuned = doctor(grp, 20, "--no-predict")
+        measured = 100 * int(tuned["throttled"]) / int(tuned["periods"])  # type: ignore[call-overload]
+        assert as_predicted(measured, predicted[f"burst {burst} us"]), (measured, predicted)
+        print(f"bursty: as it is {doc['throttled']}/{doc['periods']} (predicted {predicted['as it is']:.1f} %), "
+              f"burst {burst} us {tuned['throttled']}/{tuned['periods']} "
+              f"(predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], expected: str) -> None:
