@@ -16,7 +16,7 @@ from types import FrameType
 from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
 
 from bwlab.errors import BwlabError
-from bwlab.live import exporter, groups
+from bwlab.live import diagnose, exporter, groups
 
 TEXTFILE = "bwlab.prom"
 
@@ -61,7 +61,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"bwlab exporter: {message}", file=sys.stderr, flush=True)
 
-    watcher = exporter.Watcher(hier, args.interval, args.max_hot, exporter.default_facts(), log)
+    watcher = exporter.Watcher(hier, args.interval, args.max_hot, diagnose.machine_facts(), log)
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter.BwlabCollector(watcher))
     if listen is not None:

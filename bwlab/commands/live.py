@@ -4,6 +4,7 @@ explained, predicted and fixed (bwlab/live/)."""
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import fnmatch
 import json
 import math
@@ -22,9 +23,7 @@ from rich.table import Table
 from bwlab.errors import BwlabError
 from bwlab.live import diagnose, ebpf, groups, periods, plot, sampler, threads, tune, whatif, window
 from bwlab.live.groups import Limit, LiveGroup
-from bwlab.paths import sysctl_path
 from bwlab.progress import console
-from bwlab.targets.host import kernel_hz
 
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
 # which it is given a share of, is counted when the period timer unthrottles.
@@ -48,13 +47,10 @@ def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
              timer_late_us: list[float] | None = None) -> diagnose.Facts:  # fmt: skip
     """The machine, and the group's threads: those that were busy while watched, else all;
     the period timer's lateness if it was traced."""
-    slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
-    slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
     busy = recorder.busy_threads() if recorder is not None else 0
-    return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us,
-                          threads=busy or len(group.threads()),
-                          mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
-                          timer_late_us=timer_late_us)  # fmt: skip
+    return dataclasses.replace(diagnose.machine_facts(), threads=busy or len(group.threads()),
+                               mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
+                               timer_late_us=timer_late_us)  # fmt: skip
 
 
 def _check_seconds(seconds: float, interval_ms: float) -> None:

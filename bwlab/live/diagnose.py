@@ -20,12 +20,15 @@ The causes on a stock kernel (docs/method.md, the cover letter):
 from __future__ import annotations
 
 import math
+import os
 import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
 from bwlab.live.groups import LiveGroup
 from bwlab.live.periods import Analysis
+from bwlab.paths import sysctl_path
+from bwlab.targets.host import kernel_hz
 
 # over-use in some periods while the average is at most this share of the quota: bursty
 BURSTY_SHARE = 0.9
@@ -48,6 +51,13 @@ class Facts:
     @property
     def tick_us(self) -> int:
         return 1_000_000 // (self.hz or 250)  # unknown: the common 250 (4 ms), the larger tick
+
+
+def machine_facts() -> Facts:
+    """This machine's CPUs, HZ and bandwidth slice; the group's fields are left empty."""
+    slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
+    slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
+    return Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us, threads=0, mean_cpus=0.0)
 
 
 @dataclass(frozen=True)

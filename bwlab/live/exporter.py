@@ -18,6 +18,7 @@ families from them at each scrape, so a group removed is gone at the next scrape
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import os
 import re
 import threading
@@ -266,9 +267,8 @@ class Watcher:
                 if p.throttled:
                     c.debt_s += max(0.0, p.usage_us - capacity * p.periods) / 1e6
             if analysis.throttled:
-                facts = diagnose.Facts(self.facts.ncpu, self.facts.hz, self.facts.slice_us,
-                                       (rec.busy_threads() if rec else 0) or len(rec.tids if rec else []),
-                                       0.0)  # fmt: skip
+                threads_n = (rec.busy_threads() or len(rec.tids)) if rec else 0
+                facts = dataclasses.replace(self.facts, threads=threads_n)
                 diag = diagnose.diagnose(tr.group, analysis, facts)
                 for cause in diag.causes:
                     c.causes[cause.key] = c.causes.get(cause.key, 0) + analysis.throttled
@@ -364,12 +364,3 @@ def raise_nofile() -> None:
     if soft < hard:
         with contextlib.suppress(ValueError, OSError):
             resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
-
-
-def default_facts() -> diagnose.Facts:
-    from bwlab.paths import sysctl_path
-    from bwlab.targets.host import kernel_hz
-
-    slice_file = sysctl_path("kernel.sched_cfs_bandwidth_slice_us")
-    slice_us = int(slice_file.read_text()) if slice_file.is_file() else 5000
-    return diagnose.Facts(ncpu=os.cpu_count() or 1, hz=kernel_hz(), slice_us=slice_us, threads=0, mean_cpus=0.0)

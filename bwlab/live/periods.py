@@ -145,7 +145,7 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
     period_s = limit.period_us / 1e6
     # indexes i where a boundary lies in (samples[i-1].t, samples[i].t]
     edges = [i for i in range(1, len(samples)) if samples[i].nr_periods != samples[i - 1].nr_periods]
-    fit = fit_phase([(samples[i - 1].t, samples[i].t) for i in edges], period_s)
+    fit = fit_phase(boundary_intervals(samples), period_s)
     out.phase_window_us = None if fit is None else fit[1] * 1e6
     times: list[float] = []
     errors: list[float] = []
