@@ -157,7 +157,11 @@ def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
     throttled % at a 10 ms period within noise (bwlab compare: not significant at 95 %)."""
     before = _run_dirs()
     comparison: dict[str, object] = {}
-    for attempt in range(2):  # a 95 % interval misses a true ratio of 1 once in 20: one more pair then
+    throttled: list[float] = []
+    # A 95 % interval misses a true ratio of 1 once in 20, and a burst of load from outside on
+    # this 2-CPU machine takes a 3 s rep's demand below its quota (CI saw one host rep at 1.3 %
+    # among five at 49-51 %): one more pair then, and the last pair must pass both checks.
+    for attempt in range(2):
         out = tmp_path / f"try{attempt}"
         host_doc, ssh_doc = host_and_ssh(sshd, str(DATA / "table2-10ms.toml"), "table2-10ms", out, "--reps", "6",
                                          "--duration", "3")  # fmt: skip
@@ -168,9 +172,10 @@ def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
         assert meta["vcpus"] == len(os.sched_getaffinity(0)) and meta["cgroup"] == cgroup.detect().describe()
         assert len(meta["noise"]) == 2 and all("metrics" in p for p in meta["noise"])
         comparison = _compare_throttled(out / "table2-10ms-host.json", out / "table2-10ms-ssh-bwlab-test.json")
-        assert min(comparison["a_values"]) > 20  # type: ignore[call-overload]  # demand == quota: throttled
-        if not comparison["significant"]:
+        throttled = [*comparison["a_values"], *comparison["b_values"]]  # type: ignore[misc]
+        if min(throttled) > 20 and not comparison["significant"]:  # demand == quota: throttled
             break
+    assert min(throttled) > 20, comparison
     assert not comparison["significant"], comparison
     assert leftovers(before) == []
 
