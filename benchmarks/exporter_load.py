@@ -3,13 +3,17 @@
 
 For each size: that many real cgroups (half of them with a CPU limit of 0.5 CPU per 100 ms),
 `--tasks` of them with a sleeping process in it, and `--throttling` of the limited ones with
-a busy process that its limit throttles (so the exporter has hot groups to sample at period
+a busy process that its limit of 0.1 CPU throttles (so the exporter has hot groups to sample at period
 resolution, as a node would). The exporter runs at its defaults and is scraped every 15 s, as
 Prometheus would, for `--seconds`; its CPU time is read from /proc/PID/stat before the first
 and after the last scrape (its start-up and first walk excluded), and each scrape is timed.
 Run as root on a quiet machine:
 
-    .venv/bin/python benchmarks/exporter_load.py [--sizes 1000,10000] [--seconds 120]
+    .venv/bin/python benchmarks/exporter_load.py [--sizes 1000,10000] [--seconds 300]
+
+The "classified" column is the share of the busy groups' throttled periods (their nr_throttled,
+what cAdvisor counts) that the exporter watched and classified: under its CPU budget the
+throttling groups take turns at period resolution.
 """
 
 from __future__ import annotations
@@ -45,7 +49,8 @@ def free_port() -> int:
 
 
 @contextlib.contextmanager
-def groups(n: int, tasks: int, throttling: int) -> Iterator[None]:
+def groups(n: int, tasks: int, throttling: int) -> Iterator[list[Path]]:
+    """Yields the cpu directories of the throttling groups."""
     hier = cgroup.detect()
     assert isinstance(hier, cgroup.CgroupV1 | cgroup.CgroupV2)
     roots = [hier.cpu, hier.cpuacct] if isinstance(hier, cgroup.CgroupV1) else [hier.root]
@@ -68,12 +73,13 @@ def groups(n: int, tasks: int, throttling: int) -> Iterator[None]:
                 d.mkdir()
                 made.append(d)
             dirs.append(made)
-            if i % 2 == 0:  # limited: 0.5 CPU per 100 ms
+            if i % 2 == 0:  # limited: 0.5 CPU per 100 ms; the busy ones 0.1 CPU (their load is not ours)
+                quota = 10000 if i < 2 * throttling else 50000
                 cpu = made[0]
                 if (cpu / "cpu.max").exists():
-                    (cpu / "cpu.max").write_text("50000 100000")
+                    (cpu / "cpu.max").write_text(f"{quota} 100000")
                 else:
-                    (cpu / "cpu.cfs_quota_us").write_text("50000")
+                    (cpu / "cpu.cfs_quota_us").write_text(str(quota))
         for i in range(tasks):
             busy = i < throttling
             argv = ["sh", "-c", "while :; do :; done"] if busy else ["sleep", "3600"]
@@ -84,7 +90,7 @@ def groups(n: int, tasks: int, throttling: int) -> Iterator[None]:
                     (d / "cgroup.procs").write_text(str(os.getpid()))
 
             procs.append(subprocess.Popen(argv, preexec_fn=join))
-        yield
+        yield [dirs[2 * i][0] for i in range(min(throttling, tasks))]
     finally:
         for p in procs:
             p.kill()
@@ -99,11 +105,27 @@ def groups(n: int, tasks: int, throttling: int) -> Iterator[None]:
                     (root / base).rmdir()
 
 
-def measure(n: int, tasks: int, throttling: int, seconds: float) -> str:
-    with groups(n, tasks, throttling):
+def nr_throttled(dirs: list[Path]) -> int:
+    """What cAdvisor counts: every throttled period of these groups."""
+    total = 0
+    for d in dirs:
+        for line in (d / "cpu.stat").read_text().splitlines():
+            key, value = line.split()
+            total += int(value) if key == "nr_throttled" else 0
+    return total
+
+
+def classified(body: bytes) -> float:
+    """Throttled periods the exporter classified (both verdicts, every group)."""
+    return sum(float(line.rsplit(" ", 1)[1]) for line in body.decode().splitlines()
+               if line.startswith("bwlab_throttled_periods_total{"))  # fmt: skip
+
+
+def measure(n: int, tasks: int, throttling: int, seconds: float, extra: list[str]) -> str:
+    with groups(n, tasks, throttling) as busy:
         port = free_port()
-        proc = subprocess.Popen([sys.executable, "-m", "bwlab.cli", "exporter", "--listen", f"127.0.0.1:{port}"],
-                                stderr=subprocess.DEVNULL)  # fmt: skip
+        proc = subprocess.Popen([sys.executable, "-m", "bwlab.cli", "exporter", "--listen", f"127.0.0.1:{port}",
+                                 *extra], stderr=subprocess.DEVNULL)  # fmt: skip
         try:
             url = f"http://127.0.0.1:{port}/metrics"
             for _ in range(300):
@@ -113,6 +135,8 @@ def measure(n: int, tasks: int, throttling: int, seconds: float) -> str:
                 time.sleep(0.2)
             time.sleep(10)  # the first walk and the first hot groups
             scrapes, sizes = [], []
+            first = urllib.request.urlopen(url, timeout=60).read()
+            kernel0, ours0 = nr_throttled(busy), classified(first)
             cpu0, t0 = cpu_seconds(proc.pid), time.monotonic()
             while time.monotonic() - t0 < seconds:
                 start = time.monotonic()
@@ -121,12 +145,15 @@ def measure(n: int, tasks: int, throttling: int, seconds: float) -> str:
                 sizes.append(len(body))
                 time.sleep(max(0.0, 15 - (time.monotonic() - start)))
             cpu1, t1 = cpu_seconds(proc.pid), time.monotonic()
+            kernel1, ours1 = nr_throttled(busy), classified(body)
             hot = [line for line in body.decode().splitlines() if line.startswith("bwlab_hot_cgroups ")]
         finally:
             proc.send_signal(signal.SIGTERM)
             proc.wait(timeout=30)
     share = 100 * (cpu1 - cpu0) / (t1 - t0)
-    return (f"| {n} | {n // 2} | {tasks} | {throttling} | {hot[0].split()[1] if hot else '?'} | {share:.2f} % | "
+    covered = f"{100 * (ours1 - ours0) / (kernel1 - kernel0):.0f} %" if kernel1 > kernel0 else "-"
+    return (f"| {n} | {n // 2} | {tasks} | {throttling} | {hot[0].split()[1] if hot else '?'} | {covered} | "
+            f"{share:.2f} % | "
             f"{statistics.median(scrapes) * 1000:.0f} ms (max {max(scrapes) * 1000:.0f}) | "
             f"{statistics.median(sizes) / 1024:.0f} KiB |")  # fmt: skip
 
@@ -136,13 +163,20 @@ def main() -> None:
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--tasks", type=int, default=300)
     parser.add_argument("--throttling", type=int, default=4)
-    parser.add_argument("--seconds", type=float, default=120.0)
+    parser.add_argument("--seconds", type=float, default=300.0)
+    parser.add_argument("--exporter-args", default="", help="more arguments for bwlab exporter, e.g. '--cpu-budget 5'")
     args = parser.parse_args()
     print(f"machine: {os.uname().release}, {os.cpu_count()} CPUs; scraped every 15 s for {args.seconds:g} s")
-    print("| cgroups | limited | with tasks | throttling | hot | exporter CPU (of one) | scrape | exposition |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(f"exporter arguments: {args.exporter_args or '(defaults)'}")
+    print(
+        "| cgroups | limited | with tasks | throttling | hot at the end | throttled periods classified | "
+        "exporter CPU (of one) | scrape | exposition |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|")
     for n in (int(s) for s in args.sizes.split(",")):
-        print(measure(n, min(args.tasks, n // 2), args.throttling, args.seconds), flush=True)
+        print(
+            measure(n, min(args.tasks, n // 2), args.throttling, args.seconds, args.exporter_args.split()), flush=True
+        )
 
 
 if __name__ == "__main__":

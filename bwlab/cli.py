@@ -199,6 +199,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds between reads of every group's counters, and textfile writes (default 5)")  # fmt: skip
     p.add_argument("--max-hot", type=int, default=16,
                    help="groups sampled at period resolution at once (default 16)")  # fmt: skip
+    p.add_argument("--cpu-budget", type=float, default=1.0, metavar="PCT",
+                   help="percent of one CPU the exporter may use on average: over it, throttling groups "
+                        "take turns at period resolution (default 1)")  # fmt: skip
     p.add_argument("--duration", type=float, help="stop after this many seconds (default: until SIGTERM)")
     p.add_argument("--cgroup-root", metavar="DIR",
                    help="where cgroup filesystems are mounted (default /sys/fs/cgroup)")  # fmt: skip

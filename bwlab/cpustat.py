@@ -7,6 +7,8 @@ import re
 
 from bwlab.errors import BwlabError
 
+_INTEGER = re.compile(r"-?\d+")
+
 
 def parse_kv(text: str) -> dict[str, int]:
     """Parse 'key value' lines (cpu.stat, cpuacct.usage lines) into integers."""
@@ -15,7 +17,7 @@ def parse_kv(text: str) -> dict[str, int]:
         parts = line.split()
         if not parts:
             continue
-        if len(parts) != 2 or not re.fullmatch(r"-?\d+", parts[1]):
+        if len(parts) != 2 or not _INTEGER.fullmatch(parts[1]):
             raise BwlabError(f"cpu.stat line {lineno} is not 'key integer': {line!r}")
         out[parts[0]] = int(parts[1])
     return out

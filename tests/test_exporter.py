@@ -137,3 +137,36 @@ def test_listen(value: str, expected: tuple[str, int]) -> None:
 def test_bad_listen(value: str) -> None:
     with pytest.raises(BwlabError, match="--listen"):
         parse_listen(value)
+
+
+class _Clock:
+    def __init__(self) -> None:
+        self.t, self.cpu = 0.0, 0.0
+
+
+def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_goes_first(tmp_path: Path) -> None:
+    """The exporter's CPU use (averaged over BUDGET_TAU_S) above the budget: a throttling group
+    stays coarse; back under it, of two throttling groups with one place, the one never
+    watched turns hot before the one watched a moment ago."""
+    dirs = _tree(tmp_path)
+    clock = _Clock()
+    meter = exporter.CpuMeter(lambda: clock.t, lambda: clock.cpu)
+    facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=0, mean_cpus=0.0)
+    watcher = exporter.Watcher(Hierarchy(2, tmp_path), 1.0, 1, facts, budget=0.01, meter=meter)
+    watcher.coarse_round()
+    clock.t, clock.cpu = 60.0, 6.0  # 10 % of a CPU for a minute: the average is over 1 %
+    _stat(dirs["pod"], 20, 3)
+    watcher.coarse_round()
+    assert meter.share > 0.01 and watcher.hot_count() == 0
+    clock.t = 600.0  # nine idle minutes: the average decays under 1 %
+    svc = "/system.slice/a.service"
+    watcher.tracked[svc].last_hot = 0.0  # watched before; the pod never was
+    _stat(dirs["pod"], 40, 6)
+    _stat(dirs["svc"], 40, 6)
+    watcher.coarse_round()
+    assert meter.share < 0.01
+    assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None and watcher.tracked[svc].hot is None
+    _stat(dirs["pod"], 60, 9)
+    _stat(dirs["svc"], 60, 9)
+    watcher.coarse_round()  # the pod keeps its place (extended) while within the budget
+    assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None and watcher.hot_count() == 1

@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 from types import FrameType
 
-from prometheus_client import CollectorRegistry, start_http_server, write_to_textfile
+from prometheus_client import CollectorRegistry, ProcessCollector, start_http_server, write_to_textfile
 
 from bwlab.errors import BwlabError
 from bwlab.live import diagnose, exporter, groups
@@ -41,6 +41,8 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         raise BwlabError(f"--interval {args.interval:g}: expected 0.1..3600 seconds")
     if not 0 <= args.max_hot <= 10000:
         raise BwlabError(f"--max-hot {args.max_hot}: expected 0..10000")
+    if not 0 < args.cpu_budget <= 100:
+        raise BwlabError(f"--cpu-budget {args.cpu_budget:g}: expected a percentage of one CPU, 0 < PCT <= 100")
     if args.duration is not None and args.duration <= 0:
         raise BwlabError(f"--duration {args.duration:g}: expected a positive number of seconds")
     textfile = None
@@ -61,9 +63,11 @@ def cmd_exporter(args: argparse.Namespace) -> int:
     def log(message: str) -> None:
         print(f"bwlab exporter: {message}", file=sys.stderr, flush=True)
 
-    watcher = exporter.Watcher(hier, args.interval, args.max_hot, diagnose.machine_facts(), log)
+    watcher = exporter.Watcher(hier, args.interval, args.max_hot, diagnose.machine_facts(), log,
+                               budget=args.cpu_budget / 100)  # fmt: skip
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter.BwlabCollector(watcher))
+    ProcessCollector(registry=registry)  # process_cpu_seconds_total: what the budget is held to
     if listen is not None:
         try:
             start_http_server(listen[1], addr=listen[0], registry=registry)

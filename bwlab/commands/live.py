@@ -88,6 +88,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         samples = sampler.sample(group, seconds, interval_s, on_sample)
         trace = tracer.stop() if tracer is not None else None
     finally:
+        recorder.close()
         if tracer is not None:
             tracer.close()
     cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once

@@ -17,12 +17,22 @@ from pathlib import Path
 from bwlab.errors import BwlabError
 
 
-def read_schedstat(tid: int) -> tuple[int, int] | None:
-    """(ns on a CPU, ns waiting on a runqueue) of thread `tid`; None once it has exited."""
+def read_schedstat(tid: int, fds: dict[int, int] | None = None) -> tuple[int, int] | None:
+    """(ns on a CPU, ns waiting on a runqueue) of thread `tid`; None once it has exited. With
+    `fds` the file is kept open there (a pread per step instead of an open, read and close)."""
     try:
-        fields = Path(f"/proc/{tid}/schedstat").read_text().split()
-    except OSError:
+        if fds is None:
+            data = Path(f"/proc/{tid}/schedstat").read_bytes()
+        else:
+            fd = fds.get(tid)
+            if fd is None:
+                fd = fds[tid] = os.open(f"/proc/{tid}/schedstat", os.O_RDONLY | os.O_CLOEXEC)
+            data = os.pread(fd, 128, 0)
+    except OSError:  # ESRCH from a kept file once the thread has exited
+        if fds is not None and tid in fds:
+            os.close(fds.pop(tid))
         return None
+    fields = data.split()
     if len(fields) < 2 or not fields[0].isdigit() or not fields[1].isdigit():
         return None
     return int(fields[0]), int(fields[1])
@@ -42,12 +52,18 @@ class ThreadRecorder:
     # per step: (start, end, CPUs the threads wanted: each thread's demand / step, summed)
     steps: list[tuple[float, float, float]] = field(default_factory=list)
     intervals: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> (run_us, sleep_us)
+    fds: dict[int, int] = field(default_factory=dict)  # tid -> its schedstat, kept open; close()
+
+    def close(self) -> None:
+        for fd in self.fds.values():
+            os.close(fd)
+        self.fds.clear()
 
     def step(self, t: float, throttled_us: float) -> None:
         """Read every thread at monotonic time `t` (the group's throttled time then: its cpu.stat
         counter); from the second call on, each live thread gets one interval: its demand
         (capped at the step) then the rest as sleep."""
-        now = {tid: s for tid in self.tids if (s := read_schedstat(tid)) is not None}
+        now = {tid: s for tid in self.tids if (s := read_schedstat(tid, self.fds)) is not None}
         if self.last_t is not None:
             dt_us = (t - self.last_t) * 1e6
             ran = {tid: (run - self.last[tid][0], wait - self.last[tid][1]) for tid, (run, wait) in now.items()
