@@ -70,6 +70,8 @@ def test_groups_turn_hot_when_they_throttle_and_vanish_when_removed(tmp_path: Pa
     pod_labels = (("container_id", ""), ("id", f"/kubepods/pod{POD}"), ("pod_uid", POD))
     assert metrics[("bwlab_watched_periods_total", pod_labels)] == 0
     assert metrics[("bwlab_limited_cgroups", ())] == 2 and metrics[("bwlab_hot_cgroups", ())] == 1
+    # the service never throttled, so was never watched: no series of its own (all would be 0)
+    assert not any(dict(lv).get("id") == "/system.slice/a.service" for _, lv in metrics)
     # removed: gone from the watcher and from the next scrape (on cgroupfs the next read fails
     # with ENODEV; a plain file kept open reads on, so here the next discovery finds it gone)
     for f in dirs["svc"].iterdir():
@@ -110,7 +112,7 @@ def test_verdicts_become_counters() -> None:
         analysis.periods.append(periods.Period(0, 0.01, 1, usage, 1 if verdict else 0, 1000 if verdict else 0,
                                                0, verdict))  # fmt: skip
     watcher, _ = _watcher(Path("/nonexistent"))
-    tracked = exporter.Tracked(group)
+    tracked = exporter.Tracked(group, last_hot=0.0)  # watched (a group never watched has no series)
     watcher.tracked[group.path] = tracked
     watcher._count(tracked, analysis, None)
     c = tracked.counts
@@ -145,7 +147,7 @@ class _Clock:
 
 
 def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_goes_first(tmp_path: Path) -> None:
-    """The exporter's CPU use (averaged over BUDGET_TAU_S) above the budget: a throttling group
+    """The exporter's CPU use (averaged over BUDGET_WINDOW_S) above the budget: a throttling group
     stays coarse; back under it, of two throttling groups with one place, the one never
     watched turns hot before the one watched a moment ago."""
     dirs = _tree(tmp_path)
@@ -158,7 +160,7 @@ def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_g
     _stat(dirs["pod"], 20, 3)
     watcher.coarse_round()
     assert meter.share > 0.01 and watcher.hot_count() == 0
-    clock.t = 600.0  # nine idle minutes: the average decays under 1 %
+    clock.t = 1000.0  # idle since: the last window's average is under 1 %
     svc = "/system.slice/a.service"
     watcher.tracked[svc].last_hot = 0.0  # watched before; the pod never was
     _stat(dirs["pod"], 40, 6)

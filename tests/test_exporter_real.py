@@ -30,7 +30,6 @@ from pathlib import Path
 import pytest
 import yaml
 
-from bwlab import cgroup
 from bwlab.workloads import programs
 
 from conftest import REPO, needs_root, running_in_group
@@ -190,22 +189,28 @@ def test_manifests_validate_against_the_kubernetes_schemas() -> None:
 
 
 def test_groups_come_and_go_during_scrapes() -> None:
-    """Twenty groups created and removed while /metrics is scraped ten times a second: every
-    scrape answers; once removed, a group has no series at the next scrape."""
+    """Ten throttling groups created and removed while /metrics is scraped ten times a second:
+    every scrape answers; a group has series once it was watched (within its 4.5 s: found by
+    the next walk, each 6 x 0.5 s, turned hot at the read after) and none at the next scrape
+    once removed."""
     port = free_port()
-    hier = cgroup.detect()
-    with exporter(port):
+    seen = 0
+    # ten groups of 10 ms periods sampled every 1 ms spend a 1 % budget's 300 s window in
+    # a few seconds (then the rest would wait their turn: test_exporter.py): no budget here
+    with exporter(port, "--cpu-budget", "100"):
         url = f"http://127.0.0.1:{port}/metrics"
-        for _ in range(20):
-            with hier.group(cgroup.unique_name("churn"), 10000, 5000, 0, None) as grp:
-                deadline = time.monotonic() + 0.6
+        for _ in range(10):
+            with running_in_group("churn", 10000, 2000, ["sh", "-c", "while :; do :; done"]) as grp:
+                name, present = grp.name, False
+                deadline = time.monotonic() + 4.5
                 while time.monotonic() < deadline:
-                    get(url)
+                    present |= f'id="/{name}"' in get(url)
                     time.sleep(0.1)
-                name = grp.name
+                seen += present
             # removed: the watcher drops it at its next read (each 0.5 s)
             time.sleep(0.6)
             assert f'id="/{name}"' not in get(url)
+    assert seen >= 9, f"only {seen} of 10 throttling groups were watched while they existed"
 
 
 def test_malformed_files_count_errors_and_log_once(tmp_path: Path) -> None:
