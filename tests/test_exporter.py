@@ -147,26 +147,27 @@ class _Clock:
 
 
 def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_goes_first(tmp_path: Path) -> None:
-    """The exporter's CPU use (averaged over BUDGET_WINDOW_S) above the budget: a throttling group
-    stays coarse; back under it, of two throttling groups with one place, the one never
-    watched turns hot before the one watched a moment ago."""
+    """The exporter's CPU use beyond its budget (a token bucket of 1 % of a CPU): a throttling
+    group stays coarse; once the budget has accrued again, of two throttling groups with one
+    place, the one never watched turns hot before the one watched a moment ago."""
     dirs = _tree(tmp_path)
     clock = _Clock()
-    meter = exporter.CpuMeter(lambda: clock.t, lambda: clock.cpu)
+    budget = exporter.CpuBudget(0.01, lambda: clock.t, lambda: clock.cpu)
+    assert budget.balance == pytest.approx(0.01 * exporter.BUCKET_S)  # full at the start
     facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=0, mean_cpus=0.0)
-    watcher = exporter.Watcher(Hierarchy(2, tmp_path), 1.0, 1, facts, budget=0.01, meter=meter)
+    watcher = exporter.Watcher(Hierarchy(2, tmp_path), 1.0, 1, facts, budget=budget)
     watcher.coarse_round()
-    clock.t, clock.cpu = 60.0, 6.0  # 10 % of a CPU for a minute: the average is over 1 %
+    clock.t, clock.cpu = 60.0, 6.0  # 10 % of a CPU for a minute
     _stat(dirs["pod"], 20, 3)
     watcher.coarse_round()
-    assert meter.share > 0.01 and watcher.hot_count() == 0
-    clock.t = 1000.0  # idle since: the last window's average is under 1 %
+    assert budget.balance == pytest.approx(0.3 + 0.6 - 6) and watcher.hot_count() == 0
+    clock.t = 600.0  # idle since: 5.4 s of CPU repaid at 1 % in 540 s; the bucket holds 0.3 s
     svc = "/system.slice/a.service"
     watcher.tracked[svc].last_hot = 0.0  # watched before; the pod never was
     _stat(dirs["pod"], 40, 6)
     _stat(dirs["svc"], 40, 6)
     watcher.coarse_round()
-    assert meter.share < 0.01
+    assert 0 < budget.balance <= 0.3
     assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None and watcher.tracked[svc].hot is None
     _stat(dirs["pod"], 60, 9)
     _stat(dirs["svc"], 60, 9)

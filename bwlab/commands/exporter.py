@@ -64,7 +64,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
         print(f"bwlab exporter: {message}", file=sys.stderr, flush=True)
 
     watcher = exporter.Watcher(hier, args.interval, args.max_hot, diagnose.machine_facts(), log,
-                               budget=args.cpu_budget / 100)  # fmt: skip
+                               budget=exporter.CpuBudget(args.cpu_budget / 100))  # fmt: skip
     registry = CollectorRegistry(auto_describe=False)
     registry.register(exporter.BwlabCollector(watcher))
     ProcessCollector(registry=registry)  # process_cpu_seconds_total: what the budget is held to

@@ -17,7 +17,6 @@ families from them at each scrape, so a group removed is gone at the next scrape
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import dataclasses
 import math
@@ -42,7 +41,7 @@ ANALYZE_S = 1.0  # hot groups' samples are classified this often
 REDISCOVER = 6  # the hierarchy is walked every this many coarse intervals (new groups), at least
 ROUTINE_SHARE = 0.25  # of the CPU budget, what discovery and (apart) the coarse reads may each use
 LABELS = ("id", "container_id", "pod_uid")
-BUDGET_WINDOW_S = 300.0  # the exporter's own CPU use is averaged over this long
+BUCKET_S = 30.0  # the CPU budget can be saved up for this long (CpuBudget)
 NR_THROTTLED = re.compile(rb"^nr_throttled (\d+)$", re.MULTILINE)
 
 
@@ -104,27 +103,26 @@ def process_cpu_s() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-class CpuMeter:
-    """The process's CPU use as a share of one CPU over the last BUDGET_WINDOW_S: a window,
-    not a decaying average, so that the budget holds over any such stretch (a 60 s
-    exponential average let a 300 s run reach 1.27 % for a 1 % budget)."""
+class CpuBudget:
+    """A token bucket of CPU time: `share` of one CPU accrues each second, up to BUCKET_S
+    seconds' worth; the process's CPU time (every thread) is taken from it. Fine sampling may
+    start or go on while the balance is positive, so over any T seconds the exporter uses at
+    most share x T + share x BUCKET_S plus what its hot groups cost until they cool (HOT_S). A
+    window average let the first 300 s reach 1.36 % for 1 %: its base cost kept running after
+    the hot groups had spent the window."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic, cpu: Callable[[], float] = process_cpu_s) -> None:
-        self.clock, self.cpu = clock, cpu
-        self.marks: collections.deque[tuple[float, float]] = collections.deque([(clock(), cpu())])
-        self.share = 0.0
+    def __init__(self, share: float, clock: Callable[[], float] = time.monotonic,
+                 cpu: Callable[[], float] = process_cpu_s) -> None:  # fmt: skip
+        self.share, self.clock, self.cpu = share, clock, cpu
+        self.t, self.c = clock(), cpu()
+        self.balance = share * BUCKET_S  # full at the start: a throttling group is watched at once
 
     def update(self) -> float:
+        """The balance now, in CPU seconds."""
         t, c = self.clock(), self.cpu()
-        while len(self.marks) > 1 and self.marks[1][0] <= t - BUDGET_WINDOW_S:
-            self.marks.popleft()
-        t0, c0 = self.marks[0]
-        # over a whole window even at the start (as if idle before): the first minutes may
-        # spend the budget of the window they open, a hot group is not refused for the cost
-        # of the first walk
-        self.share = (c - c0) / max(t - t0, BUDGET_WINDOW_S)
-        self.marks.append((t, c))
-        return self.share
+        self.balance = min(self.share * BUCKET_S, self.balance + self.share * (t - self.t) - (c - self.c))
+        self.t, self.c = t, c
+        return self.balance
 
 
 def labels(group: LiveGroup) -> list[str]:
@@ -142,12 +140,11 @@ class Watcher:
     period. run() loops until stop(); the collector reads `tracked` under `lock`."""
 
     def __init__(self, hier: Hierarchy, interval_s: float, max_hot: int, facts: diagnose.Facts,
-                 log: Any = None, budget: float | None = None, meter: CpuMeter | None = None) -> None:  # fmt: skip
+                 log: Any = None, budget: CpuBudget | None = None) -> None:  # fmt: skip
         self.hier = hier
         self.interval_s = interval_s
         self.max_hot = max_hot
-        self.budget = budget  # share of one CPU the exporter may use on average; None: no limit
-        self.meter = meter or CpuMeter()
+        self.budget = budget  # what the exporter may use of one CPU; None: no limit
         self.facts = facts
         self.log = log or (lambda msg: None)
         self.lock = threading.Lock()
@@ -202,7 +199,7 @@ class Watcher:
             self.next_discovery = now + self.discovery_every_s
         self.rounds += 1
         cpu0 = time.thread_time()
-        within = self.budget is None or self.meter.update() <= self.budget
+        within = self.budget is None or self.budget.update() > 0
         waiting = []
         for path, tr in list(self.tracked.items()):
             try:
@@ -227,7 +224,7 @@ class Watcher:
         often when that would take more than its share of the budget."""
         if self.budget is None:
             return least_s
-        return max(least_s, cost_s / (self.budget * ROUTINE_SHARE))
+        return max(least_s, cost_s / (self.budget.share * ROUTINE_SHARE))
 
     def _nr_throttled(self, tr: Tracked) -> int:
         path = tr.group.stat_file
@@ -435,7 +432,7 @@ class BwlabCollector(Collector):
                                 "groups now", value=w.discovery_every_s)  # fmt: skip
         if w.budget is not None:
             yield GaugeMetricFamily("bwlab_cpu_budget_ratio", "Share of one CPU the exporter may use on average "
-                                    "(compare rate(process_cpu_seconds_total))", value=w.budget)  # fmt: skip
+                                    "(compare rate(process_cpu_seconds_total))", value=w.budget.share)  # fmt: skip
         err = CounterMetricFamily("bwlab_errors", "Errors reading cgroups, by kind", labels=("kind",))
         for kind, n in sorted(errors.items()):
             err.add_metric([kind], n)
