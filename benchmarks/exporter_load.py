@@ -158,7 +158,12 @@ def measure(n: int, tasks: int, throttling: int, seconds: float, extra: list[str
             f"{statistics.median(sizes) / 1024:.0f} KiB |")  # fmt: skip
 
 
+def _exit(signum: int, frame: object) -> None:
+    raise SystemExit(128 + signum)  # the groups and their processes are removed on the way out
+
+
 def main() -> None:
+    signal.signal(signal.SIGTERM, _exit)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", default="1000,10000")
     parser.add_argument("--tasks", type=int, default=300)

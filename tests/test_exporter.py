@@ -8,6 +8,7 @@ file counts an error and is logged once."""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 import pytest
@@ -160,16 +161,21 @@ def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_g
     clock.t, clock.cpu = 60.0, 6.0  # 10 % of a CPU for a minute
     _stat(dirs["pod"], 20, 3)
     watcher.coarse_round()
-    assert budget.balance == pytest.approx(0.3 + 0.6 - 6) and watcher.hot_count() == 0
-    clock.t = 600.0  # idle since: 5.4 s of CPU repaid at 1 % in 540 s; the bucket holds 0.3 s
+    cap = 0.01 * exporter.BUCKET_S
+    assert budget.balance == pytest.approx(cap + 0.6 - 6) and watcher.hot_count() == 0
+    clock.t = 600.0  # idle since: the 5.4 s of CPU beyond the budget repaid at 1 % in 540 s
     svc = "/system.slice/a.service"
     watcher.tracked[svc].last_hot = 0.0  # watched before; the pod never was
     _stat(dirs["pod"], 40, 6)
     _stat(dirs["svc"], 40, 6)
     watcher.coarse_round()
-    assert 0 < budget.balance <= 0.3
+    assert 0 < budget.balance <= cap
     assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None and watcher.tracked[svc].hot is None
     _stat(dirs["pod"], 60, 9)
     _stat(dirs["svc"], 60, 9)
     watcher.coarse_round()  # the pod keeps its place (extended) while within the budget
-    assert watcher.tracked[f"/kubepods/pod{POD}"].hot is not None and watcher.hot_count() == 1
+    pod = watcher.tracked[f"/kubepods/pod{POD}"]
+    assert pod.hot is not None and pod.hot.until > clock.t and watcher.hot_count() == 1
+    clock.cpu += 1.0  # a second of CPU at once: over the budget, the hot pod cools at the next analysis
+    watcher.coarse_round()
+    assert budget.balance < 0 and pod.hot is not None and pod.hot.until <= time.monotonic()

@@ -41,7 +41,7 @@ ANALYZE_S = 1.0  # hot groups' samples are classified this often
 REDISCOVER = 6  # the hierarchy is walked every this many coarse intervals (new groups), at least
 ROUTINE_SHARE = 0.25  # of the CPU budget, what discovery and (apart) the coarse reads may each use
 LABELS = ("id", "container_id", "pod_uid")
-BUCKET_S = 30.0  # the CPU budget can be saved up for this long (CpuBudget)
+BUCKET_S = 10.0  # the CPU budget can be saved up for this long (CpuBudget)
 NR_THROTTLED = re.compile(rb"^nr_throttled (\d+)$", re.MULTILINE)
 
 
@@ -107,9 +107,10 @@ class CpuBudget:
     """A token bucket of CPU time: `share` of one CPU accrues each second, up to BUCKET_S
     seconds' worth; the process's CPU time (every thread) is taken from it. Fine sampling may
     start or go on while the balance is positive, so over any T seconds the exporter uses at
-    most share x T + share x BUCKET_S plus what its hot groups cost until they cool (HOT_S). A
-    window average let the first 300 s reach 1.36 % for 1 %: its base cost kept running after
-    the hot groups had spent the window."""
+    most share x T + share x BUCKET_S plus what its hot groups cost until the next analysis
+    (ANALYZE_S), when they cool. A window average let the first 300 s reach 1.36 % for 1 %: its
+    base cost kept running after the hot groups had spent the window; a 30 s bucket with hot
+    groups left to run out their HOT_S, 1.07 %."""
 
     def __init__(self, share: float, clock: Callable[[], float] = time.monotonic,
                  cpu: Callable[[], float] = process_cpu_s) -> None:  # fmt: skip
@@ -188,8 +189,8 @@ class Watcher:
     def coarse_round(self) -> None:
         """Every group's nr_throttled (one pread of cpu.stat on a file kept open); a group whose
         count moved turns hot, the least recently watched first, while the exporter's average
-        CPU use is within its budget. Over it, no group turns hot and the hot ones are not
-        extended: they cool after HOT_S, and the throttling groups take turns (a hot group costs
+        CPU use is within its budget. Over it, no group turns hot and the hot ones cool at the
+        next analysis, and the throttling groups take turns (a hot group costs
         about 1.5 % of a CPU on a 2-CPU VM: 100 wake-ups a second, docs/exporter.md)."""
         now = time.monotonic()
         if now >= self.next_discovery:
@@ -209,7 +210,9 @@ class Watcher:
                 continue
             moved = tr.last_throttled is not None and throttled > tr.last_throttled
             tr.last_throttled = throttled
-            if moved and within:
+            if tr.hot is not None and not within:
+                tr.hot.until = now  # cools at the next analysis, its samples classified first
+            elif moved and within:
                 if tr.hot is not None:
                     tr.hot.until = now + HOT_S
                 else:
