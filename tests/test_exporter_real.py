@@ -66,10 +66,13 @@ def wait_for(url: str, proc: subprocess.Popen[bytes], seconds: float = 30) -> No
 
 
 @contextlib.contextmanager
-def exporter(port: int, *extra: str, log: Path | None = None) -> Iterator[subprocess.Popen[bytes]]:
+def exporter(port: int, *extra: str, log: Path | None = None, budget: str = "100") -> Iterator[subprocess.Popen[bytes]]:
+    """The exporter, reading every group each 0.5 s; with no CPU budget to speak of unless asked
+    (a 10 ms group sampled each 1 ms spends 1 % of a CPU's budget in a second or two, then it
+    would wait its turn: test_the_cpu_budget_holds)."""
     out = log.open("wb") if log is not None else subprocess.DEVNULL
     proc = subprocess.Popen([sys.executable, "-m", "bwlab.cli", "exporter", "--listen", f"127.0.0.1:{port}",
-                             "--interval", "0.5", *extra], cwd=REPO, stderr=out)  # fmt: skip
+                             "--interval", "0.5", "--cpu-budget", budget, *extra], cwd=REPO, stderr=out)  # fmt: skip
     try:
         wait_for(f"http://127.0.0.1:{port}/metrics", proc)
         yield proc
@@ -195,9 +198,7 @@ def test_groups_come_and_go_during_scrapes() -> None:
     once removed."""
     port = free_port()
     seen = 0
-    # ten groups of 10 ms periods sampled every 1 ms spend a 1 % budget's 300 s window in
-    # a few seconds (then the rest would wait their turn: test_exporter.py): no budget here
-    with exporter(port, "--cpu-budget", "100"):
+    with exporter(port):
         url = f"http://127.0.0.1:{port}/metrics"
         for _ in range(10):
             with running_in_group("churn", 10000, 2000, ["sh", "-c", "while :; do :; done"]) as grp:
@@ -271,3 +272,32 @@ def test_textfile_is_written_atomically(tmp_path: Path) -> None:
     lint = subprocess.run(["promtool", "check", "metrics"], input=(tmp_path / "bwlab.prom").read_text(),
                           capture_output=True, text=True)  # fmt: skip
     assert lint.returncode == 0, lint.stdout + lint.stderr
+
+
+def _cpu_s(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime
+
+
+def test_the_cpu_budget_holds_and_binds() -> None:
+    """A group throttling in 10 ms periods (sampled each 1 ms while hot: far more than 1 % of a
+    CPU) watched for 30 s with --cpu-budget 1: the exporter's CPU time stays within its bound
+    (1 % x 30 s, the 10 s bucket, one analysis interval of sampling, 0.25 s of scrapes and
+    ticks' rounding) and it still classified periods; with no budget, the same costs more."""
+    used: dict[str, float] = {}
+    watched: dict[str, float] = {}
+    for budget in ("1", "100"):
+        port = free_port()
+        with running_in_group("budget", 10000, 5000, ["sh", "-c", "while :; do :; done"]) as grp:
+            with exporter(port, budget=budget) as proc:
+                cpu0 = _cpu_s(proc.pid)
+                time.sleep(30)
+                used[budget] = _cpu_s(proc.pid) - cpu0
+                text = get(f"http://127.0.0.1:{port}/metrics")
+        lines = [line for line in text.splitlines()  # labels come sorted: id is not the first
+                 if line.startswith("bwlab_watched_periods_total{") and f'id="/{grp.name}"' in line]  # fmt: skip
+        watched[budget] = float(lines[0].split()[-1]) if lines else 0.0
+    print(f"CPU seconds in 30 s by --cpu-budget: {used}; periods watched: {watched}")
+    assert used["1"] <= 0.01 * 30 + 0.01 * 10 + 0.15 + 0.25, used
+    assert watched["1"] > 0, watched
+    assert used["100"] > 1.5 * used["1"] and watched["100"] > watched["1"], (used, watched)

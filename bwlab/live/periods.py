@@ -179,7 +179,12 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
         verdict = estimated = ""
         weighed = estimate = None
         if throttled:
-            capacity = periods * limit.quota_us + limit.burst_us
+            # the quota is a rate: a window stretched past its periods (a period timer that
+            # fired late, the boundary then placed in its sampled interval, not at the fitted
+            # phase) holds that much more of it: at demand == quota such a period's demand is
+            # the quota times its length, not over-use.
+            window_periods = (times[n] - times[n - 1]) / period_s
+            capacity = max(periods, window_periods) * limit.quota_us + limit.burst_us
             # demand is usage plus throttled time, each at most what the CPUs its threads
             # wanted could have run in the window: usage is charged at ticks (a period can be
             # charged a tick per CPU of the one before), and throttled time runs from a throttle
