@@ -59,11 +59,17 @@ def doctor(grp: cgroup.Group, seconds: float = 4, *extra: str) -> dict[str, obje
 
 
 def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -> None:
-    with loaded_group(10000, NCPU, NCPU, 40) as grp:
-        doc = doctor(grp, 4, "--png", str(tmp_path / "timeline.png"))
+    with loaded_group(10000, NCPU, NCPU, 60) as grp:
+        # ~50 % of periods throttle on a stock kernel; outside load on a 2-CPU machine can hold
+        # sysbench below its quota for a while (CI once saw 17 of 399), so a quiet window is
+        # waited for, three tries at most, before anything is asserted about the classification
+        for _ in range(3):
+            doc = doctor(grp, 4, "--png", str(tmp_path / "timeline.png"))
+            throttled, below = int(doc["throttled"]), int(doc["below_quota"])  # type: ignore[call-overload]
+            if throttled > 0.2 * int(doc["periods"]):  # type: ignore[call-overload]
+                break
         assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        throttled, below = int(doc["throttled"]), int(doc["below_quota"])  # type: ignore[call-overload]
-        assert throttled > 0.2 * int(doc["periods"])  # type: ignore[call-overload]  # ~50 % on a stock kernel
+        assert throttled > 0.2 * int(doc["periods"]), doc  # type: ignore[call-overload]
         assert below >= 0.95 * throttled, doc  # recall of "below quota": every throttle here is
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and diag["verdict"] == "below-quota"
