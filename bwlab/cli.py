@@ -95,6 +95,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="check scenario files and show their cases")
     p.add_argument("files", nargs="+")
     p.add_argument("--ncpu", type=int, default=2, help="CPU count to resolve 'ncpu' with")
+    p.add_argument("--hz", type=int, default=250, help="kernel HZ to resolve burst_ticks with")
     p.set_defaults(func=run_cmd.cmd_check)
 
     p = sub.add_parser("validate", help="simulate table2, slice and rewrite-storm and compare with lab results")

@@ -26,7 +26,7 @@ from bwlab.workloads.base import CGROUP_ARG, REP_ARG, ParamError, Resolved, Work
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes", "noise_s"}
-CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "cpus", "depth"}
+CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "cpus", "depth"}
 SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 MIN_QUOTA_US = 1000  # the kernel refuses a smaller cpu.max quota (and period)
@@ -107,8 +107,10 @@ class Scenario:
     def description(self) -> str:
         return str(self.data.get("description", ""))
 
-    def resolve(self, ncpu: int) -> list[RunSpec]:
-        return [_resolve_case(self, name, params, data, ncpu) for name, params, data in self.cases]
+    def resolve(self, ncpu: int, hz: int | None = None) -> list[RunSpec]:
+        """Every case for a target of `ncpu` CPUs; `hz` (the target kernel's CONFIG_HZ) is
+        needed only by cases that give their burst in ticks."""
+        return [_resolve_case(self, name, params, data, ncpu, hz) for name, params, data in self.cases]
 
 
 class ScenarioError(BwlabError):
@@ -177,12 +179,14 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     need_int("cgroup", "burst_us", cg.get("burst_us", 0), 0, 10**9)
     need_int("cgroup", "depth", cg.get("depth", 1), 1, 8)
     need_cpu("cgroup", "quota_cpus", cg.get("quota_cpus", "max"), "max")
-    if "burst_cpus" in cg:
-        if "burst_us" in cg:
-            raise _err(p, t, f"[cgroup] burst_us and burst_cpus are two ways to say one thing: give one{ctx}",
-                       "burst_cpus", "cgroup")  # fmt: skip
-        if cg["burst_cpus"] != 0:
-            need_cpu("cgroup", "burst_cpus", cg["burst_cpus"], "0")
+    bursts = [k for k in ("burst_us", "burst_cpus", "burst_ticks") if k in cg]
+    if len(bursts) > 1:
+        raise _err(p, t, f"[cgroup] {' and '.join(bursts)} are ways to say one thing: give one{ctx}",
+                   bursts[-1], "cgroup")  # fmt: skip
+    if "burst_cpus" in cg and cg["burst_cpus"] != 0:
+        need_cpu("cgroup", "burst_cpus", cg["burst_cpus"], "0")
+    if "burst_ticks" in cg:
+        need_int("cgroup", "burst_ticks", cg["burst_ticks"], 0, 1000)
     need_cpu("cgroup", "cpus", cg.get("cpus", "all"), "all")
 
     sysctl = data.get("sysctl", {})
@@ -382,23 +386,39 @@ def check_bandwidth(where: str, quota_from: str, quota_us: int | None, burst_us:
         raise BwlabError(f"{where}: burst {burst_us} us is above the quota {quota_us} us (the kernel refuses it)")
 
 
-def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[str, Any], ncpu: int) -> RunSpec:
+def tick_burst_us(ticks: int, hz: int, cpus: int, quota_us: int | None) -> int:
+    """`ticks` ticks of a HZ kernel on each of the group's CPUs, at most the quota: the debt a
+    group can carry into the next period is about one tick per CPU it runs on (a throttle is
+    noticed at the tick), and the kernel refuses a burst above the quota."""
+    burst = ticks * cpus * 1_000_000 // hz
+    return burst if quota_us is None else min(burst, quota_us)
+
+
+def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[str, Any], ncpu: int,
+                  hz: int | None) -> RunSpec:  # fmt: skip
     where = f"{sc.path}: case {case}"
     cg = data.get("cgroup", {})
     period = int(cg.get("period_us", 100000))
     quota_expr = cg.get("quota_cpus", "max")
     quota = None if quota_expr == "max" else round(cpu_value(quota_expr, ncpu, "quota_cpus") * period)
-    burst = int(cg.get("burst_us", 0))
-    if cg.get("burst_cpus", 0) != 0:
-        burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
-    check_bandwidth(where, f"quota_cpus={quota_expr!r} at a {period} us period", quota, burst)
     cpus_expr = cg.get("cpus", "all")
     cpus = None
+    count = ncpu
     if cpus_expr != "all":
         count = max(1, math.floor(cpu_value(cpus_expr, ncpu, "cpus")))
         if count > ncpu:
             raise BwlabError(f"{where}: cpus={cpus_expr!r} is {count} CPUs, target has {ncpu}")
         cpus = None if count == ncpu else ("0" if count == 1 else f"0-{count - 1}")
+    burst = int(cg.get("burst_us", 0))
+    if cg.get("burst_cpus", 0) != 0:
+        burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
+    if cg.get("burst_ticks", 0) != 0:
+        if hz is None:
+            raise BwlabError(f"{where}: burst_ticks needs the target kernel's HZ, which is not known here")
+        if quota is None:
+            raise BwlabError(f"{where}: a burst ({cg['burst_ticks']} ticks) needs a quota (quota_cpus is 'max')")
+        burst = tick_burst_us(int(cg["burst_ticks"]), hz, count, quota)
+    check_bandwidth(where, f"quota_cpus={quota_expr!r} at a {period} us period", quota, burst)
     duration = float(data["duration_s"])
     wl = data["workload"]
     plugin = workloads.get(wl["kind"])

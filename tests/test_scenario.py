@@ -35,7 +35,7 @@ threads = "ncpu"
 def test_builtin_scenarios_load_and_resolve(name: str) -> None:
     sc = scenario.load(scenario.builtin_path(name))
     for ncpu in (1, 2, 8):
-        specs = sc.resolve(ncpu)
+        specs = sc.resolve(ncpu, 250)
         assert specs and all(s.ncpu == ncpu for s in specs)
         assert len({s.case for s in specs}) == len(specs)
 
@@ -236,6 +236,37 @@ def test_settings_the_kernel_refuses_are_errors(tmp_path: Path, cgroup: str, mes
         scenario.load(path).resolve(2)
     proc = bwlab("check", str(path))
     assert proc.returncode == 1 and re.search(message, proc.stderr) and proc.stderr.count("\n") == 1
+
+
+@pytest.mark.parametrize(("ncpu", "hz", "period", "ticks", "burst"), [
+    (2, 250, 100_000, 1, 8_000),  # one 4 ms tick on each of 2 CPUs
+    (2, 1000, 100_000, 2, 4_000),  # 2 ticks of 1 ms on 2 CPUs
+    (64, 250, 100_000, 1, 256_000),
+    (2, 250, 10_000, 4, 20_000),  # 32 ms of ticks, held to the 20 ms quota (the kernel's upper bound)
+])  # fmt: skip
+def test_burst_ticks_are_ticks_of_the_targets_hz_on_each_cpu(
+    tmp_path: Path, ncpu: int, hz: int, period: int, ticks: int, burst: int
+) -> None:
+    text = GOOD.replace("period_us = 10000", f"period_us = {period}\nburst_ticks = {ticks}")
+    (spec,) = scenario.load(write(tmp_path, text)).resolve(ncpu, hz)
+    assert spec.burst_us == burst == min(ticks * ncpu * 1_000_000 // hz, ncpu * period)
+
+
+def test_burst_ticks_count_the_cpus_of_the_groups_cpuset(tmp_path: Path) -> None:
+    text = GOOD.replace("period_us = 10000", "period_us = 100000\nburst_ticks = 1\ncpus = 2")
+    (spec,) = scenario.load(write(tmp_path, text)).resolve(8, 250)
+    assert spec.cpus == "0-1" and spec.burst_us == 2 * 4000
+
+
+@pytest.mark.parametrize(("cgroup", "hz", "message"), [
+    ('quota_cpus = "ncpu"\nburst_ticks = 1', None, "burst_ticks needs the target kernel's HZ"),
+    ("burst_ticks = 1", 250, r"a burst \(1 ticks\) needs a quota"),
+    ('quota_cpus = "ncpu"\nburst_ticks = 1\nburst_us = 5', 250, "burst_us and burst_ticks are ways to say one"),
+    ('quota_cpus = "ncpu"\nburst_ticks = -1', 250, "burst_ticks must be an integer"),
+])  # fmt: skip
+def test_bad_burst_ticks_are_errors(tmp_path: Path, cgroup: str, hz: int | None, message: str) -> None:
+    with pytest.raises(BwlabError, match=message):
+        scenario.load(write(tmp_path, GOOD.replace('quota_cpus = "ncpu"', cgroup))).resolve(2, hz)
 
 
 def test_a_huge_matrix_is_refused_with_its_size(tmp_path: Path) -> None:

@@ -413,3 +413,16 @@ def test_validate_carries_the_noise_of_the_same_machine(tmp_path: Path) -> None:
     (lab / "table2-host.json").write_text(json.dumps(doc))
     rows, _ = validate.validate(lab, tmp_path / "v", reps=3)
     assert all(r["other_work"] == "noise-in-run (0.50 %)" for r in rows)
+
+
+def test_over_delivery_is_the_most_any_window_of_periods_ran_over_its_quota() -> None:
+    quota_us = 10_000
+    per_period = [99e6, 10e6, 10e6, 25e6, 5e6, 10e6]  # ns on 2 CPUs; the first row is partial, left out
+    rows = [{"cpus": [[u / 2, 0, 0, 0], [u / 2, 0, 0, 0]]} for u in per_period]
+    got = sim.over_delivery(rows, quota_us)
+    assert got["max_usage_per_quota_1"] == 2.5
+    assert "max_usage_per_quota_10" not in got  # five whole periods make no window of ten
+    usage = per_period[1:] + per_period * 3  # 23 whole periods, the 99 ms one among them twice
+    best = max(sum(usage[i : i + 10]) for i in range(len(usage) - 9))
+    assert sim.over_delivery(rows * 4, quota_us)["max_usage_per_quota_10"] == pytest.approx(best / 10 / 10e6)
+    assert sim.over_delivery(rows * 4, quota_us)["max_usage_per_quota_1"] == 9.9

@@ -114,7 +114,7 @@ def validate(lab_dir: Path, out_dir: Path, reps: int = 20, use_latency: bool = T
         if not use_latency:
             target = dataclasses.replace(target, latency_ns=(), latency_source="")
         sc = scenario.load(scenario.find(doc.scenario), {"repetitions": reps})
-        specs = {s.case: s for s in sc.resolve(target.ncpu)}
+        specs = {s.case: s for s in sc.resolve(target.ncpu, target.hz)}
         wanted = [c for c in doc.cases if c.case in specs and _throttled(c.reps)]
         sims = sim.run_specs([specs[c.case] for c in wanted], target)
         for case, outs in zip(wanted, sims, strict=True):

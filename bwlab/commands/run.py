@@ -81,6 +81,6 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 def cmd_check(args: argparse.Namespace) -> int:
     for name in args.files:
         sc = scenario.load(scenario.find(name))
-        for spec in sc.resolve(args.ncpu):
+        for spec in sc.resolve(args.ncpu, args.hz):
             print(f"{sc.name}/{spec.case}: {spec.settings()}")
     return 0

@@ -48,9 +48,9 @@ def cmd_validate(args: argparse.Namespace) -> int:
     return 0
 
 
-def _one_spec(args: argparse.Namespace, ncpu: int) -> RunSpec:
+def _one_spec(args: argparse.Namespace, ncpu: int, hz: int) -> RunSpec:
     sc = common.load_scenario(args.scenario, args)
-    specs = sc.resolve(ncpu)
+    specs = sc.resolve(ncpu, hz)
     if args.case is None:
         limited = [s for s in specs if s.quota_us is not None]
         return (limited or specs)[-1]
@@ -62,7 +62,7 @@ def _one_spec(args: argparse.Namespace, ncpu: int) -> RunSpec:
 
 def cmd_explain(args: argparse.Namespace) -> int:
     target = sim_target(args)
-    spec = _one_spec(args, target.ncpu)
+    spec = _one_spec(args, target.ncpu, target.hz)
     png = Path(args.out) if args.out else Path("results") / f"explain-{spec.scenario}-{spec.case}.png"
     lines, out = explain.explain(spec, target, args.from_ms, args.to_ms, png)
     for line in lines:
@@ -82,7 +82,7 @@ def _floats(text: str) -> list[float]:
 
 def cmd_sweep(args: argparse.Namespace) -> int:
     target = sim_target(args)
-    spec = _one_spec(args, target.ncpu)
+    spec = _one_spec(args, target.ncpu, target.hz)
     axes: dict[str, list[object]] = {}
     for name in ("period_us", "quota_cpus", "slice_us", "hz", "burst_us"):
         text = getattr(args, "hz_list" if name == "hz" else name)

@@ -22,6 +22,7 @@ FEATURES = (
 POLICIES: dict[str, tuple[str, ...]] = {
     "mainline": (),
     "slush": ("BW_SLUSH",),
+    "slush-clip": ("BW_SLUSH", "BW_CLIP_SLICE"),  # the series' RFC pair, set against cpu.max.burst
     "unthrottle-slice": ("BW_UNTHROTTLE_SLICE",),
     "clip-slice": ("BW_CLIP_SLICE",),
     "early-refill": ("BW_EARLY_REFILL",),

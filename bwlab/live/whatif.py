@@ -55,7 +55,7 @@ def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: 
                     f'[workload]\nkind = "trace"\nfile = "{v.trace or trace}"\n')  # fmt: skip
             path = Path(tmp) / f"whatif-{i}.toml"
             path.write_text(text)
-            specs = scenario.load(path).resolve(ncpu)
+            specs = scenario.load(path).resolve(ncpu, hz)
             outs = sim.run_specs(specs, sim.SimTarget(ncpu=ncpu, hz=hz, policy=v.policy))[0]
             values = [float(m) for o in outs if (m := sim.rep_metrics(specs[0], o)[0].get("throttled_pct")) is not None]
             mean, sd = mean_sd(values) if values else (0.0, 0.0)

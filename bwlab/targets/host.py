@@ -133,7 +133,7 @@ class HostTarget:
             raise BwlabError("the host target needs root (it creates cgroups)")
         hier = cgroup.detect()
         ncpu = len(os.sched_getaffinity(0))
-        specs = sc.resolve(ncpu)
+        specs = sc.resolve(ncpu, kernel_hz())
         for spec in specs:
             spec.workload.require_real()
         raws: dict[tuple[int, int], RawRep | str] = {}

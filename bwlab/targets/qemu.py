@@ -425,7 +425,7 @@ class QemuTarget:
         return guest_label(self.image.variant_name, self.policy, self.image.hz)
 
     def _specs(self, sc: Scenario) -> list[RunSpec]:
-        specs = sc.resolve(self.vcpus)
+        specs = sc.resolve(self.vcpus, self.image.hz)
         for spec in specs:
             spec.workload.require_real()
         return specs

@@ -245,7 +245,30 @@ def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | N
         metrics["requests_done"] = float(out["requests_done"])
         metrics["rps_achieved"] = out["requests_done"] / (out["duration_ns"] / 1e9)
     metrics["sim_ticks"] = float(out["ticks"])
+    if spec.quota_us is not None:
+        metrics.update(over_delivery(out.get("periods") or [], spec.quota_us))
     return metrics, samples
+
+
+OVER_DELIVERY_WINDOWS = (1, 10, 100)
+
+
+def over_delivery(rows: list[dict[str, Any]], quota_us: int) -> dict[str, float]:
+    """The most the group ran in any window of 1, 10 and 100 consecutive periods (the time
+    its threads ran, on all CPUs, between period timer expiries), over the quota for that
+    many periods: 1.0 is exactly the quota. The first row (a partial period from the start
+    of the run) is left out; windows longer than the run give nothing."""
+    usage = [sum(c[0] for c in r["cpus"]) for r in rows[1:]]
+    out: dict[str, float] = {}
+    for n in OVER_DELIVERY_WINDOWS:
+        if len(usage) < n:
+            continue
+        run = best = sum(usage[:n])
+        for i in range(n, len(usage)):
+            run += usage[i] - usage[i - n]
+            best = max(best, run)
+        out[f"max_usage_per_quota_{n}"] = best / (n * quota_us * 1000)
+    return out
 
 
 def timeline(out: dict[str, Any]) -> dict[str, Any]:
@@ -263,7 +286,7 @@ def run_specs(specs: list[RunSpec], target: SimTarget, jobs: int | None = None) 
     configs, index = [], []
     for ci, spec in enumerate(specs):
         for rep in range(spec.repetitions):
-            configs.append(config(spec, target, rep, periods=rep == 0))
+            configs.append(config(spec, target, rep, periods=True))
             index.append(ci)
     outs = simulate_many(configs, jobs)
     per_case: list[list[dict[str, Any]]] = [[] for _ in specs]
@@ -274,7 +297,7 @@ def run_specs(specs: list[RunSpec], target: SimTarget, jobs: int | None = None) 
 
 def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | None = None) -> Path:
     """All cases of a scenario in the simulator; writes SCENARIO-sim-POLICY.json."""
-    specs = sc.resolve(target.ncpu)
+    specs = sc.resolve(target.ncpu, target.hz)
     per_case = run_specs(specs, target, jobs)
     cases = []
     for spec, outs in zip(specs, per_case, strict=True):
@@ -284,7 +307,7 @@ def run_scenario(sc: Scenario, target: SimTarget, out_dir: Path, jobs: int | Non
             entry: dict[str, Any] = {"rep": rep, "metrics": metrics}
             if samples:
                 entry["samples_us"] = samples
-            if out["periods"]:
+            if rep == 0 and out["periods"]:  # one repetition's timeline per case: results stay small
                 entry["timeline"] = timeline(out)
             reps.append(entry)
         cases.append({"case": spec.case, "params": spec.params, "settings": spec.settings(), "reps": reps})

@@ -383,7 +383,8 @@ class SshTarget:
     def run(self, sc: Scenario, out_dir: Path) -> Path:
         machine = self._probe()
         try:
-            specs = sc.resolve(machine.ncpu)
+            hz = machine.facts.get("hz", "")
+            specs = sc.resolve(machine.ncpu, int(hz) if hz.isdigit() else None)
             for spec in specs:
                 spec.workload.require_real()
             features = policies.feature_writes(self.policy) if self.policy else None

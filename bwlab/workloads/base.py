@@ -267,6 +267,11 @@ COMMON_METRICS = (
     Metric("lock_con_per_s", "cfs_b->lock cont/s"),
     Metric("cpus_used", "CPUs used"),
     Metric("nr_bursts", "nr_bursts"),
+    # the most the group ran in any 1, 10, 100 consecutive periods over that many quotas
+    # (simulator: its per-period timeline; over-delivery, 1.0 = exactly the quota)
+    Metric("max_usage_per_quota_1", "max usage/quota, 1 period"),
+    Metric("max_usage_per_quota_10", "max usage/quota, 10 periods"),
+    Metric("max_usage_per_quota_100", "max usage/quota, 100 periods"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",
                           "lock_acquisitions", "lock_contentions", "rewrites", "rewrite_errors", "sim_ticks",
                           "exit_status")),
