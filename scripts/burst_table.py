@@ -22,6 +22,7 @@ from bwlab.results import Result
 
 PERIODS = ("100ms", "50ms", "10ms")
 BURSTS = ("none", "1tick", "2ticks", "4ticks", "quota")
+SCENARIOS = ("burst-vs-slush", "overdelivery", "overdelivery-small")
 POLICY_ORDER = ("mainline", "clip-slice", "slush", "slush-clip", "all")
 
 
@@ -34,9 +35,14 @@ def _cell(values: list[float], digits: int) -> str:
 
 
 def _who(doc: Result) -> str:
-    kernel = "v7.3.4" if doc.meta.get("target") != "sim" and not doc.meta.get("series_hash") else ""
-    policy = str(doc.meta.get("policy") or ("mainline" if kernel else "?"))
-    return policy
+    """The row's kernel behaviour: the policy a series kernel (or the model) ran under; an
+    unpatched kernel is mainline; a patched kernel without policies by its label."""
+    policy = doc.meta.get("policy")
+    if policy:
+        return str(policy)
+    if doc.meta.get("target") != "sim" and not doc.meta.get("patches"):
+        return "mainline"
+    return str(doc.meta.get("label") or "?")
 
 
 def _machine(doc: Result) -> str:
@@ -59,16 +65,18 @@ def _rows(docs: list[Result], metric: str, periods: tuple[str, ...], digits: int
 
 
 def render(directory: Path) -> str:
-    docs = [d for d in results.load_dir(directory) if d.scenario in ("burst-vs-slush", "overdelivery")]
+    docs = [d for d in results.load_dir(directory) if d.scenario in SCENARIOS]
     if not docs:
-        raise BwlabError(f"{directory}: no burst-vs-slush or overdelivery results")
+        raise BwlabError(f"{directory}: no results of {', '.join(SCENARIOS)}")
     out = []
-    for scenario, metric, periods, digits, what in (
-        ("burst-vs-slush", "throttled_pct", PERIODS, 2, "throttled periods in percent at demand == quota"),
-        ("overdelivery", "max_usage_per_quota_1", ("100ms", "10ms"), 3, "most run in one period / quota"),
-        ("overdelivery", "max_usage_per_quota_10", ("100ms", "10ms"), 3, "most run in 10 periods / 10 quotas"),
-        ("overdelivery", "max_usage_per_quota_100", ("100ms", "10ms"), 3, "most run in 100 periods / 100 quotas"),
-    ):
+    tables: list[tuple[str, str, tuple[str, ...], int, str]] = [
+        ("burst-vs-slush", "throttled_pct", PERIODS, 2, "throttled periods in percent at demand == quota")
+    ]
+    for od in ("overdelivery", "overdelivery-small"):
+        for n in (1, 10, 100):
+            what = "one period / quota" if n == 1 else f"{n} periods / {n} quotas"
+            tables.append((od, f"max_usage_per_quota_{n}", ("100ms", "10ms"), 3, f"most run in {what}"))
+    for scenario, metric, periods, digits, what in tables:
         sdocs = [d for d in docs if d.scenario == scenario]
         if not sdocs:
             continue

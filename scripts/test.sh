@@ -4,8 +4,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-.venv/bin/ruff check bwlab tests
-.venv/bin/ruff format --check bwlab tests
+.venv/bin/ruff check bwlab tests benchmarks scripts
+.venv/bin/ruff format --check bwlab tests benchmarks scripts
 .venv/bin/mypy
 if ! command -v cargo >/dev/null 2>&1; then export PATH="$HOME/.cargo/bin:$PATH"; fi
 (cd sim && cargo fmt --check && cargo clippy --release --all-targets -q -- -D warnings \

@@ -188,3 +188,11 @@ def test_a_stale_cache_entry_is_one_line(empty_cache: Path) -> None:
         kernel_build.list_images()
     proc = bwlab("kernel", "list", env={"BWLAB_CACHE": str(empty_cache)})
     assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "stale or damaged" in proc.stderr
+
+
+def test_a_relative_series_path_names_its_patches_absolutely(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    series_with(tmp_path, PATCH)
+    monkeypatch.chdir(tmp_path)
+    series = kernel_build.read_series(Path("patches/series"))
+    # the build applies them from inside its own tree: a path relative to here would not be found
+    assert all(p.is_absolute() and p.is_file() for p in series.patches)

@@ -5,18 +5,20 @@ from __future__ import annotations
 import json
 import math
 import statistics
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
-from bwlab import scenario
+from bwlab import results, scenario
 from bwlab.analysis import validate
 from bwlab.errors import BwlabError
 from bwlab.results import Result
 from bwlab.targets import sim
 from bwlab.workloads.trace import read_trace
 
-from conftest import DATA, bwlab
+from conftest import DATA, REPO, bwlab
 
 MS = 1_000_000
 
@@ -426,3 +428,26 @@ def test_over_delivery_is_the_most_any_window_of_periods_ran_over_its_quota() ->
     best = max(sum(usage[i : i + 10]) for i in range(len(usage) - 9))
     assert sim.over_delivery(rows * 4, quota_us)["max_usage_per_quota_10"] == pytest.approx(best / 10 / 10e6)
     assert sim.over_delivery(rows * 4, quota_us)["max_usage_per_quota_1"] == 9.9
+
+
+def test_burst_table_pivots_policies_and_bursts_by_period(tmp_path: Path) -> None:
+    """scripts/burst_table.py on real simulator results: a row per policy and burst, a column
+    per period, each cell the mean (stdev) of that case's repetitions."""
+    for policy in ("mainline", "slush-clip"):
+        proc = bwlab("run", "burst-vs-slush", "--target", "sim", "--policy", policy, "--reps", "2",
+                     "--duration", "2", "--out", str(tmp_path), timeout=120)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    table = subprocess.run([sys.executable, str(REPO / "scripts" / "burst_table.py"), str(tmp_path)],
+                           capture_output=True, text=True, check=True).stdout  # fmt: skip
+    docs = {d.meta.get("policy"): d for d in results.load_dir(tmp_path)}
+    for policy, burst in (("mainline", "none"), ("mainline", "1tick"), ("slush-clip", "none")):
+        (line,) = [ln for ln in table.splitlines() if ln.startswith(f"{policy}, burst {burst} ")]
+        case = next(c for c in docs[policy].cases if c.case == f"10ms-{burst}")
+        mean = statistics.fmean(float(r.metrics["throttled_pct"] or 0) for r in case.reps)
+        assert line.split()[-2] == f"{mean:.2f}"  # the 10 ms column, last
+    other = tmp_path / "other"  # results, but of another scenario: one line, exit 1
+    ran = bwlab("run", "table2", "--target", "sim", "--reps", "1", "--duration", "1", "--out", str(other))
+    assert ran.returncode == 0, ran.stderr
+    proc = subprocess.run([sys.executable, str(REPO / "scripts" / "burst_table.py"), str(other)],
+                          capture_output=True, text=True, check=False)  # fmt: skip
+    assert proc.returncode == 1 and proc.stderr.count("\n") == 1 and "no results of" in proc.stderr

@@ -93,6 +93,7 @@ def read_series(path: Path | None) -> Series:
         return Series(path=None, patches=())
     if not path.is_file():
         raise BwlabError(f"patch series {path}: no such file")
+    path = path.absolute()  # the patches are applied from inside the build tree
     patches: list[Path] = []
     for lineno, raw in enumerate(path.read_text().splitlines(), 1):
         line = raw.split("#", 1)[0].strip()
