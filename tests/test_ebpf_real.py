@@ -121,8 +121,11 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
     print(f"{period_us} us, {quota_cpus:g} CPUs: {summary}, agreement {agree:.3f}")
     # polling is conservative on bursts: what it calls below quota is (22 of 22 in 7 runs), but
     # it finds only about half of the truly below-quota periods at 10 ms and none of the few at
-    # 100 ms (docs/live.md): agreement, carried by the over-used periods, and precision asserted
-    assert agree >= 0.90, summary
+    # 100 ms (docs/live.md), and how many there are varies from run to run (0 to 8 of ~100 at
+    # 100 ms), so agreement is printed, not asserted: asserted are that periods of over-use are
+    # called so (no false "below quota") and the precision of what is called below quota
+    over_used = [said for truth, said in pairs if not truth]
+    assert len(over_used) >= 10 and sum(not said for said in over_used) / len(over_used) >= 0.95, summary
     if saids >= 5:
         assert tp / saids >= 0.90, summary
 
