@@ -386,12 +386,11 @@ def check_bandwidth(where: str, quota_from: str, quota_us: int | None, burst_us:
         raise BwlabError(f"{where}: burst {burst_us} us is above the quota {quota_us} us (the kernel refuses it)")
 
 
-def tick_burst_us(ticks: int, hz: int, cpus: int, quota_us: int | None) -> int:
+def tick_burst_us(ticks: int, hz: int, cpus: int, quota_us: int) -> int:
     """`ticks` ticks of a HZ kernel on each of the group's CPUs, at most the quota: the debt a
     group can carry into the next period is about one tick per CPU it runs on (a throttle is
     noticed at the tick), and the kernel refuses a burst above the quota."""
-    burst = ticks * cpus * 1_000_000 // hz
-    return burst if quota_us is None else min(burst, quota_us)
+    return min(ticks * cpus * 1_000_000 // hz, quota_us)
 
 
 def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[str, Any], ncpu: int,

@@ -282,7 +282,8 @@ def timeline(out: dict[str, Any]) -> dict[str, Any]:
 
 
 def run_specs(specs: list[RunSpec], target: SimTarget, jobs: int | None = None) -> list[list[dict[str, Any]]]:
-    """Every repetition of every case; the first repetition of each case keeps its timeline."""
+    """Every repetition of every case, each with its per-period rows (the over-delivery metrics
+    are computed from them; run_scenario keeps the first repetition's as the timeline)."""
     configs, index = [], []
     for ci, spec in enumerate(specs):
         for rep in range(spec.repetitions):

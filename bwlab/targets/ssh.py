@@ -382,9 +382,10 @@ class SshTarget:
 
     def run(self, sc: Scenario, out_dir: Path) -> Path:
         machine = self._probe()
+        hz_text = machine.facts.get("hz", "")
+        hz = int(hz_text) if hz_text.isdigit() else None  # the remote kernel's, if it publishes its config
         try:
-            hz = machine.facts.get("hz", "")
-            specs = sc.resolve(machine.ncpu, int(hz) if hz.isdigit() else None)
+            specs = sc.resolve(machine.ncpu, hz)
             for spec in specs:
                 spec.workload.require_real()
             features = policies.feature_writes(self.policy) if self.policy else None
@@ -411,7 +412,6 @@ class SshTarget:
                                 limit, on_line)  # fmt: skip
         output = plan.parse_records(run.text)
         meta = results.base_meta("ssh", self.label)
-        hz = machine.facts.get("hz", "")
         slice_us = machine.facts.get("slice_us", "")
         meta.update({
             "remote": self.remote.url,
@@ -422,7 +422,7 @@ class SshTarget:
             "source_version": (machine.facts.get("release") or "").split("-")[0] or None,
             "series_hash": None,
             "config_hash": None,
-            "hz": int(hz) if hz.isdigit() else None,
+            "hz": hz,
             "vcpus": machine.ncpu,
             "slice_us": int(slice_us) if slice_us.isdigit() else None,
             "cgroup": machine.layout.describe(),
