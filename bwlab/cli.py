@@ -80,7 +80,11 @@ def build_parser() -> argparse.ArgumentParser:
     p = ksub.add_parser("git", help="a git tree of the source (reproducible base commit) with the series applied")
     p.add_argument("dest", help="directory to create")
     p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
-    p.add_argument("--series", metavar="PATH", help="patch series file (default kernel/patches/series)")
+    p.add_argument(
+        "--series",
+        metavar="PATH",
+        help="patch series file (default kernel/lab/series: the series, LAGS and the lab switches)",
+    )
     p.add_argument("--baseline", action="store_true", help="no patches, only the base commit")
     p.set_defaults(func=kernel_cmd.cmd_git)
     ksub.add_parser("list", help="list built kernels").set_defaults(func=kernel_cmd.cmd_list)

@@ -9,7 +9,11 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCENARIO_DIR = PACKAGE_DIR / "scenarios"
 KERNEL_DIR = REPO_ROOT / "kernel"
-DEFAULT_SERIES = KERNEL_DIR / "patches" / "series"
+# The series as posted (no switches), and what the lab builds by default: it, LAGS and the
+# lab-only patch that puts every fix behind a sched_feat switch (kernel/lab/series).
+POSTED_SERIES = KERNEL_DIR / "patches" / "series"
+LAGS_SERIES = KERNEL_DIR / "lags" / "series"
+DEFAULT_SERIES = KERNEL_DIR / "lab" / "series"
 LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
 DEBUG_CONFIG = KERNEL_DIR / "configs" / "debug.config"
 LOCKSTAT_CONFIG = KERNEL_DIR / "configs" / "lockstat.config"

@@ -99,7 +99,7 @@ def read_series(path: Path | None) -> Series:
         line = raw.split("#", 1)[0].strip()
         if not line:
             continue
-        patch = path.parent / line.split()[0]
+        patch = (path.parent / line.split()[0]).resolve()  # a series may name ../other/patches
         if not patch.is_file():
             raise BwlabError(f"{path}:{lineno}: patch {line.split()[0]} not found")
         patches.append(patch)

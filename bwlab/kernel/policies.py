@@ -1,8 +1,9 @@
 """Bandwidth policies: which of the kernel series' sched_feat switches a guest runs with.
 
-The patched kernel carries every fix behind a `sched_feat` switch (default on), so one image
-can be measured as mainline (all off), slush fund only, each fix alone, or everything, as in
-the paper's Baseline / Slush / All. A policy is applied by writing the switches to
+The posted series has no switches. The lab builds kernel/lab/series: the series, LAGS and a
+lab-only patch that puts every fix behind a `sched_feat` switch (default on), so one image can
+be measured as mainline (all off), slush fund only, each fix alone, or everything, as in the
+paper's Baseline / Slush / All. A policy is applied by writing the switches to
 /sys/kernel/debug/sched/features before the scenario's first case.
 """
 
@@ -12,7 +13,7 @@ from bwlab.errors import BwlabError
 
 # The series' switches, in patch order.
 FEATURES = (
-    "BW_UNTHROTTLE_SLICE",  # (b) unthrottle with debt + a slice, not debt + 1 ns
+    "BW_UNTHROTTLE_RETRY",  # an unthrottle that finds its grant used up asks the pool again
     "BW_SLUSH",  # slush fund: pay carried-over debt from last period's unused runtime
     "BW_CLIP_SLICE",  # (a) grant no more than the time left in the period
     "BW_EARLY_REFILL",  # (c) refill an overdue period instead of throttling
@@ -23,7 +24,7 @@ POLICIES: dict[str, tuple[str, ...]] = {
     "mainline": (),
     "slush": ("BW_SLUSH",),
     "slush-clip": ("BW_SLUSH", "BW_CLIP_SLICE"),  # the series' RFC pair, set against cpu.max.burst
-    "unthrottle-slice": ("BW_UNTHROTTLE_SLICE",),
+    "unthrottle-retry": ("BW_UNTHROTTLE_RETRY",),
     "clip-slice": ("BW_CLIP_SLICE",),
     "early-refill": ("BW_EARLY_REFILL",),
     "noop-update": ("BW_NOOP_UPDATE",),
