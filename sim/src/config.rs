@@ -207,7 +207,7 @@ fn yes() -> bool {
 }
 
 pub const FEATURES: [&str; 5] =
-    ["BW_UNTHROTTLE_SLICE", "BW_SLUSH", "BW_CLIP_SLICE", "BW_EARLY_REFILL", "BW_NOOP_UPDATE"];
+    ["BW_UNTHROTTLE_RETRY", "BW_SLUSH", "BW_CLIP_SLICE", "BW_EARLY_REFILL", "BW_NOOP_UPDATE"];
 
 impl Config {
     pub fn from_json(text: &str) -> Result<Config, String> {

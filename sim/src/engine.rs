@@ -38,7 +38,7 @@ const HANDLER_NS: i64 = 1_000;
 
 #[derive(Debug, Clone, Copy, Default)]
 struct Feat {
-    unthrottle_slice: bool,
+    unthrottle_retry: bool,
     slush: bool,
     clip_slice: bool,
     early_refill: bool,
@@ -244,7 +244,7 @@ impl Sim {
         let mut order: Vec<usize> = (0..ncpu).collect();
         order.sort_by_key(|&c| (phases[c], c));
         let feat = Feat {
-            unthrottle_slice: cfg.features.iter().any(|f| f == "BW_UNTHROTTLE_SLICE"),
+            unthrottle_retry: cfg.features.iter().any(|f| f == "BW_UNTHROTTLE_RETRY"),
             slush: cfg.features.iter().any(|f| f == "BW_SLUSH"),
             clip_slice: cfg.features.iter().any(|f| f == "BW_CLIP_SLICE"),
             early_refill: cfg.features.iter().any(|f| f == "BW_EARLY_REFILL"),
@@ -449,16 +449,17 @@ impl Sim {
         self.push(t, Ev::PeriodTimer(g, gen));
     }
 
-    /// `clip_to_period_end()` (0004, BW_CLIP_SLICE).
+    /// `clip_to_period_end()` (BW_CLIP_SLICE): no clipping once the period end has passed
+    /// (the refill is due), else the time left, at least `min_cfs_rq_runtime`.
     fn clip_to_period_end(&self, g: usize, target: i64) -> i64 {
         if !self.feat.clip_slice || target <= MIN_CFS_RQ_RUNTIME {
             return target;
         }
         let left = self.bws[g].expires - self.now;
-        if left < MIN_CFS_RQ_RUNTIME {
-            return MIN_CFS_RQ_RUNTIME;
+        if left <= 0 {
+            return target;
         }
-        left.min(target)
+        left.clamp(MIN_CFS_RQ_RUNTIME, target)
     }
 
     /// `refill_overdue_cfs_bandwidth()` (0005, BW_EARLY_REFILL).
@@ -664,7 +665,7 @@ impl Sim {
         }
     }
 
-    /// `distribute_cfs_runtime()`, with BW_UNTHROTTLE_SLICE (0002) and BW_SLUSH (0003).
+    /// `distribute_cfs_runtime()`, with BW_SLUSH paying carried-over debt first.
     fn distribute_cfs_runtime(&mut self, g: usize) -> bool {
         let mut throttled = false;
         let mut remaining = 1;
@@ -683,9 +684,6 @@ impl Sim {
             }
             self.pay_debt(g, c);
             let mut runtime = -self.rqs[g * self.ncpu + c].runtime_remaining + 1;
-            if self.feat.unthrottle_slice {
-                runtime += self.clip_to_period_end(g, self.cfg.slice_ns) - 1;
-            }
             let b = &mut self.bws[g];
             runtime = runtime.min(b.runtime);
             b.runtime -= runtime;
@@ -718,12 +716,14 @@ impl Sim {
         if self.h_curr(g, c) {
             self.update_curr(c);
         }
+        let rq = &self.rqs[g * self.ncpu + c];
+        // BW_UNTHROTTLE_RETRY: ask the pool for the debt and a slice before giving up
+        if rq.runtime_enabled
+            && rq.runtime_remaining <= 0
+            && !(self.feat.unthrottle_retry && self.assign(g, c, self.cfg.slice_ns))
         {
-            let rq = &self.rqs[g * self.ncpu + c];
-            if rq.runtime_enabled && rq.runtime_remaining <= 0 {
-                self.log(g, c as i32, "abort", 0);
-                return;
-            }
+            self.log(g, c as i32, "abort", 0);
+            return;
         }
         let rq = self.rq(g, c);
         rq.throttled = false;
