@@ -87,6 +87,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     p.add_argument("--baseline", action="store_true", help="no patches, only the base commit")
     p.set_defaults(func=kernel_cmd.cmd_git)
+    p = ksub.add_parser("export", help="the posted series as git format-patch output in your git identity, "
+                        "with cover letter, base-commit, To/Cc from get_maintainer.pl, checkpatch")  # fmt: skip
+    p.add_argument("dest", help="directory to write the patches to (new or empty)")
+    p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
+    p.add_argument("--series", metavar="PATH", help="patch series file (default kernel/patches/series)")
+    p.add_argument("--compare", nargs=2, metavar=("BEFORE", "AFTER"),
+                   help="result files whose `bwlab compare` table goes into the cover letter")  # fmt: skip
+    p.add_argument("--metric", help="metric keys for --compare (default: the report's columns)")
+    p.add_argument("--keep-tree", metavar="DIR", help="keep the git tree the patches were exported from here")
+    p.set_defaults(func=kernel_cmd.cmd_export)
     ksub.add_parser("list", help="list built kernels").set_defaults(func=kernel_cmd.cmd_list)
     p = ksub.add_parser("clean", help="remove build trees (--all: images too)")
     p.add_argument("--all", action="store_true")

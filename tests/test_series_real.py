@@ -214,3 +214,43 @@ def test_patched_build_starts_from_the_baseline_objects(source: kernel_source.Ke
     doc = json.loads((tmp_path / "out" / "table2-10ms-guest-patched-all.json").read_text())
     assert doc["meta"]["sched_features"]["BW_SLUSH"] is True
     assert doc["cases"][0]["reps"][0]["metrics"]["throttled_pct"] < 10  # 7.3.4: ~50 %
+
+
+def test_export_is_format_patch_output_in_the_users_name_that_applies_on_the_base_commit(
+    source: kernel_source.KernelSource, tmp_path: Path
+) -> None:
+    """`bwlab kernel export`: the posted series in the user's git identity, with cover letter,
+    base-commit and To/Cc, checkpatch-clean; `git am` of it onto the recreated base commit gives
+    the tree the series gives."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n")
+    env = {"GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
+    out, tree = tmp_path / "out", tmp_path / "linux"
+    proc = bwlab("kernel", "export", str(out), "--keep-tree", str(tree), env=env, timeout=1800)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "patches clean" in proc.stdout
+    files = sorted(out.glob("*.patch"))
+    assert len(files) == len(POSTED.patches) + 1 and files[0].name == "0000-cover-letter.patch"
+    cover = files[0].read_text()
+    assert "\nbase-commit: b68665838251cfaba94c4e611c3093150d6aec4a\n" in cover
+    assert "Subject: [RFC PATCH 0/" in cover and "*** " not in cover
+    assert "Ada Lovelace (" in cover  # git's shortlog, by the user
+    for f in files:
+        text = f.read_text()
+        assert "bwlab.invalid" not in text, f.name
+        assert "From: Ada Lovelace <ada@example.org>" in text, f.name
+        assert "peterz@infradead.org" in text and "linux-kernel@vger.kernel.org" in text, f.name
+    for f in files[1:]:
+        assert "Signed-off-by: Ada Lovelace <ada@example.org>" in f.read_text(), f.name
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=False,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})  # fmt: skip
+
+    assert git("checkout", "-q", "-b", "check", "b68665838251cfaba94c4e611c3093150d6aec4a").returncode == 0
+    am = git("am", "-q", *map(str, files[1:]))
+    assert am.returncode == 0, am.stderr
+    assert git("diff", "--quiet", "bwlab", "check").returncode == 0
+    assert len(git("log", "--oneline", "v7.3.4..check").stdout.splitlines()) == len(POSTED.patches)
+    again = bwlab("kernel", "export", str(out), env=env)
+    assert again.returncode == 1 and "not empty" in again.stderr and "Traceback" not in again.stderr

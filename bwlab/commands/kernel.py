@@ -1,14 +1,19 @@
-"""`bwlab kernel fetch|build|git|list|clean`."""
+"""`bwlab kernel fetch|build|git|export|list|clean`."""
 
 from __future__ import annotations
 
 import argparse
+import sys
 from pathlib import Path
 
+from bwlab.analysis import compare
 from bwlab.commands import common
+from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
+from bwlab.kernel import export as kernel_export
 from bwlab.kernel import git as kernel_git
 from bwlab.kernel import source as kernel_source
+from bwlab.paths import POSTED_SERIES
 from bwlab.progress import step
 
 
@@ -31,6 +36,36 @@ def cmd_git(args: argparse.Namespace) -> int:
     with step(f"git tree of {source.version} with {len(series.patches)} patches at {args.dest}"):
         base, head = kernel_git.git_tree(source, series, Path(args.dest))
     print(f"base-commit {base} (tag v{source.version})\nbwlab {head}")
+    return 0
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    source = common.kernel_source_of(args, fetch=False)
+    series = kernel_build.read_series(Path(args.series) if args.series else POSTED_SERIES)
+    identity = kernel_export.git_identity()
+    table = None
+    if args.compare:
+        metrics = [m.strip() for m in args.metric.split(",") if m.strip()] if args.metric else None
+        (ref, (other, *_)), *_ = compare.pair([Path(p) for p in args.compare])
+        found = compare.compare_results(ref, other, metrics)
+        if not found:
+            raise BwlabError("--compare: no case and metric that both results have")
+        table = "\n".join(compare.lines(ref, other, found, False)) + "\n"
+    dest = Path(args.dest)
+    keep = Path(args.keep_tree) if args.keep_tree else None
+    with step(f"export {len(series.patches)} patches as {identity[0]} <{identity[1]}> to {dest}"):
+        out = kernel_export.export(source, series, dest, identity, compare_table=table, keep_tree=keep)
+    for f in out.files:
+        print(f)
+    print(f"base-commit {out.base}")
+    print(f"To: {', '.join(out.to)}")
+    print(f"Cc: {', '.join(out.cc)}")
+    dirty = {name: text for name, text in out.checkpatch.items() if text}
+    for name, text in dirty.items():
+        print(f"checkpatch {name}:\n{text}", file=sys.stderr)
+    if dirty:
+        raise BwlabError(f"checkpatch --strict found problems in {len(dirty)} of {len(out.checkpatch)} patches")
+    print(f"checkpatch --strict: {len(out.checkpatch)} patches clean (ignoring {kernel_export.CHECKPATCH_IGNORE})")
     return 0
 
 

@@ -1,0 +1,158 @@
+"""`bwlab kernel export`: the series as a maintainer receives it.
+
+The repository keeps a neutral placeholder identity in every patch. Export applies the series,
+rewritten in the user's own git identity (author and Signed-off-by), onto the reproducible base
+commit, then lets `git format-patch` write it out with a cover letter (our subject and text,
+git's shortlog and diffstat), `base-commit:`, To/Cc from the tree's get_maintainer.pl, and
+runs checkpatch.pl --strict on every patch. Optionally the cover letter gets a table printed by
+`bwlab compare` of two result files, measured in one run.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+from bwlab.kernel.build import Series
+from bwlab.kernel.git import git_tree
+from bwlab.kernel.source import KernelSource
+
+PLACEHOLDER = "Bwlab Developers <dev@bwlab.invalid>"
+COVER = "0000-cover-letter.patch"
+# a Fixes: or commit reference cannot be looked up in a tree made from a release tarball
+CHECKPATCH_IGNORE = "UNKNOWN_COMMIT_ID"
+
+
+@dataclass(frozen=True)
+class Cover:
+    """What our cover letter says: the subject prefix ("RFC PATCH"), the subject and the text."""
+
+    prefix: str
+    subject: str
+    blurb: str
+
+
+@dataclass(frozen=True)
+class Exported:
+    files: tuple[Path, ...]  # cover letter first
+    base: str
+    to: tuple[str, ...]
+    cc: tuple[str, ...]
+    checkpatch: dict[str, str]  # patch file name -> findings (empty if clean)
+
+
+def git_identity(cwd: Path | None = None) -> tuple[str, str]:
+    """The user's (name, email) from git config; the patches go out in their name."""
+    values = []
+    for key in ("user.name", "user.email"):
+        proc = subprocess.run(["git", "config", "--get", key], cwd=cwd, capture_output=True, text=True, check=False)
+        if proc.returncode != 0 or not proc.stdout.strip():
+            raise BwlabError(f"git config {key} is not set: the series is exported in your name "
+                             f"(git config --global {key} ...)")  # fmt: skip
+        values.append(proc.stdout.strip())
+    if "<" in values[0] or ">" in values[0] or "@" not in values[1]:
+        raise BwlabError(f"git identity {values[0]!r} <{values[1]}> is not a name and an email address")
+    return values[0], values[1]
+
+
+def personalize(text: str, name: str, email: str) -> str:
+    """The patch with the placeholder identity replaced in From: and Signed-off-by:."""
+    if f"Signed-off-by: {PLACEHOLDER}" not in text:
+        raise BwlabError(f"patch has no 'Signed-off-by: {PLACEHOLDER}' to put your name in")
+    who = f"{name} <{email}>"
+    text = re.sub(rf"^From: {re.escape(PLACEHOLDER)}$", f"From: {who}", text, count=1, flags=re.M)
+    return re.sub(rf"^Signed-off-by: {re.escape(PLACEHOLDER)}$", f"Signed-off-by: {who}", text, flags=re.M)
+
+
+def read_cover(path: Path) -> Cover:
+    """Subject and text of a cover letter in `git format-patch --cover-letter` form: the text
+    runs from the blank line after the headers to the shortlog ("Author (N):")."""
+    if not path.is_file():
+        raise BwlabError(f"cover letter {path}: no such file")
+    text = path.read_text()
+    head, sep, body = text.partition("\n\n")
+    subject = re.search(r"^Subject: \[([^\]]+?)(?: \d+/\d+)?\] (.+(?:\n .+)*)$", head, re.M)
+    if not sep or subject is None:
+        raise BwlabError(f"cover letter {path}: no 'Subject: [PATCH 0/N] ...' header")
+    shortlog = re.search(r"^\S.* \(\d+\):$", body, re.M)
+    if shortlog is None:
+        raise BwlabError(f"cover letter {path}: no shortlog ('Name (N):') after the text")
+    blurb = body[: shortlog.start()].strip("\n")
+    if not blurb:
+        raise BwlabError(f"cover letter {path}: the text is empty")
+    return Cover(prefix=subject.group(1), subject=" ".join(subject.group(2).split()), blurb=blurb)
+
+
+def parse_maintainers(output: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """get_maintainer.pl's output (with role statistics) as (To: maintainers, Cc: the rest)."""
+    to: list[str] = []
+    cc: list[str] = []
+    for line in output.splitlines():
+        m = re.match(r"^(.+?) \((.+)\)$", line.strip())
+        if m is None:
+            continue
+        (to if m.group(2).startswith("maintainer:") else cc).append(m.group(1))
+    return tuple(dict.fromkeys(to)), tuple(a for a in dict.fromkeys(cc) if a not in to)
+
+
+def fill_cover(generated: str, cover: Cover, extra: str | None) -> str:
+    """git format-patch's cover letter with our subject and text (and a compare table)."""
+    if "*** SUBJECT HERE ***" not in generated or "*** BLURB HERE ***" not in generated:
+        raise BwlabError("git format-patch wrote no cover letter template")
+    blurb = cover.blurb
+    if extra:
+        blurb += "\n\nMeasured in one run (bwlab compare):\n\n" + extra.rstrip("\n")
+    return generated.replace("*** SUBJECT HERE ***", cover.subject).replace("*** BLURB HERE ***", blurb)
+
+
+def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str, str],
+           compare_table: str | None = None, keep_tree: Path | None = None) -> Exported:  # fmt: skip
+    """Write the series to `dest` as format-patch output in the user's name (see module doc)."""
+    if series.path is None or not series.patches:
+        raise BwlabError("nothing to export: the series is empty")
+    cover = read_cover(series.path.parent / COVER)
+    if dest.exists() and any(dest.iterdir()):
+        raise BwlabError(f"{dest} is not empty; choose an empty or new directory")
+    name, email = identity
+    with tempfile.TemporaryDirectory(prefix="bwlab-export-") as tmp:
+        work = Path(tmp)
+        mine = []
+        for i, patch in enumerate(series.patches, 1):
+            out = work / "in" / f"{i:04d}-{patch.name}"
+            out.parent.mkdir(exist_ok=True)
+            out.write_text(personalize(patch.read_text(), name, email))
+            mine.append(out)
+        tree = keep_tree if keep_tree is not None else work / "linux"
+        base, _ = git_tree(source, series, tree, patches=tuple(mine), committer=identity)
+        maint = subprocess.run(["perl", "scripts/get_maintainer.pl", "--no-git", "--no-git-fallback",
+                                *map(str, mine)], cwd=tree, capture_output=True, text=True, check=False)  # fmt: skip
+        if maint.returncode != 0:
+            raise BwlabError(f"get_maintainer.pl failed: {(maint.stderr.strip().splitlines() or ['?'])[-1]}")
+        to, cc = parse_maintainers(maint.stdout)
+        dest.mkdir(parents=True, exist_ok=True)
+        env = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
+        cmd = ["git", "format-patch", "-q", "--cover-letter", f"--base=v{source.version}",
+               f"--subject-prefix={cover.prefix}",
+               *[f"--to={a}" for a in to], *[f"--cc={a}" for a in cc],
+               "-o", str(dest.absolute()), f"v{source.version}..bwlab"]  # fmt: skip
+        proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
+        if proc.returncode != 0:
+            raise BwlabError(f"git format-patch failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+        files = sorted(dest.glob("*.patch"))
+        cover_file = files[0]
+        cover_file.write_text(fill_cover(cover_file.read_text(), cover, compare_table))
+        findings: dict[str, str] = {}
+        for f in files[1:]:
+            check = subprocess.run(["perl", "scripts/checkpatch.pl", "--strict", "--no-tree", "--quiet",
+                                    "--ignore", CHECKPATCH_IGNORE, "-"], cwd=tree, input=f.read_text(),
+                                   capture_output=True, text=True, check=False)  # fmt: skip
+            findings[f.name] = check.stdout.strip() if check.returncode != 0 else ""
+        if keep_tree is None:
+            shutil.rmtree(tree)
+    return Exported(files=tuple(files), base=base, to=to, cc=cc, checkpatch=findings)

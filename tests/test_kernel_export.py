@@ -1,0 +1,106 @@
+"""`bwlab kernel export` pieces on text: identity, cover letter, maintainers (the real export
+on a 7.3.4 tree is in test_series_real.py)."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bwlab.errors import BwlabError
+from bwlab.kernel import build as kernel_build
+from bwlab.kernel import export
+from bwlab.paths import POSTED_SERIES
+
+PATCH = f"""From 0123 Mon Sep 17 00:00:00 2001
+From: {export.PLACEHOLDER}
+Date: Mon, 23 Nov 2026 10:00:00 +0000
+Subject: [PATCH 1/2] sched/fair: Do a thing
+
+Text that names Bwlab Developers in passing.
+
+Signed-off-by: {export.PLACEHOLDER}
+---
+ kernel/sched/fair.c | 1 +
+"""
+
+
+def test_personalize_puts_the_user_in_from_and_signed_off_by_only() -> None:
+    out = export.personalize(PATCH, "Ada Lovelace", "ada@example.org")
+    assert "From: Ada Lovelace <ada@example.org>\n" in out
+    assert "Signed-off-by: Ada Lovelace <ada@example.org>\n" in out
+    assert export.PLACEHOLDER not in out and "names Bwlab Developers in passing" in out
+
+
+def test_personalize_refuses_a_patch_without_the_placeholder_sign_off() -> None:
+    with pytest.raises(BwlabError, match="no 'Signed-off-by"):
+        export.personalize(PATCH.replace(f"Signed-off-by: {export.PLACEHOLDER}", ""), "A", "a@b")
+
+
+def test_every_shipped_patch_carries_the_placeholder_once_as_author() -> None:
+    for patch in kernel_build.read_series(POSTED_SERIES).patches:
+        text = patch.read_text()
+        assert text.count(f"From: {export.PLACEHOLDER}\n") == 1, patch.name
+        export.personalize(text, "A B", "a@b.c")  # does not raise
+
+
+def test_read_cover_of_the_shipped_cover_letter() -> None:
+    cover = export.read_cover(POSTED_SERIES.parent / export.COVER)
+    assert cover.prefix == "RFC PATCH"
+    assert cover.subject.startswith("sched/fair: ") and "\n" not in cover.subject
+    assert cover.blurb.startswith("A group whose demand equals its CPU quota")
+    assert "Bwlab Developers (" not in cover.blurb and "base-commit" not in cover.blurb
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("From: x\n\nno subject\n", "no 'Subject"),
+    ("Subject: [PATCH 0/2] x\n\nText but no shortlog\n", "no shortlog"),
+    ("Subject: [PATCH 0/2] x\n\nA (2):\n  one\n", "text is empty"),
+])  # fmt: skip
+def test_read_cover_refuses_what_it_cannot_use(tmp_path: Path, text: str, error: str) -> None:
+    (tmp_path / "c.patch").write_text(text)
+    with pytest.raises(BwlabError, match=error):
+        export.read_cover(tmp_path / "c.patch")
+
+
+def test_parse_maintainers_sends_to_maintainers_and_copies_the_rest() -> None:
+    out = """Ingo Molnar <mingo@redhat.com> (maintainer:SCHEDULER)
+Peter Zijlstra <peterz@infradead.org> (maintainer:SCHEDULER)
+Ben Segall <bsegall@google.com> (reviewer:SCHEDULER)
+"Michal Koutný" <mkoutny@suse.com> (maintainer:CONTROL GROUP (CGROUP))
+linux-kernel@vger.kernel.org (open list)
+Peter Zijlstra <peterz@infradead.org> (maintainer:PERFORMANCE EVENTS SUBSYSTEM)
+noise without a role
+"""
+    to, cc = export.parse_maintainers(out)
+    assert to == ("Ingo Molnar <mingo@redhat.com>", "Peter Zijlstra <peterz@infradead.org>",
+                  '"Michal Koutný" <mkoutny@suse.com>')  # fmt: skip
+    assert cc == ("Ben Segall <bsegall@google.com>", "linux-kernel@vger.kernel.org")
+
+
+def test_fill_cover_keeps_git_shortlog_and_adds_the_compare_table() -> None:
+    generated = "Subject: [RFC PATCH 0/2] *** SUBJECT HERE ***\n\n*** BLURB HERE ***\n\nA (2):\n  x\n"
+    cover = export.Cover(prefix="RFC PATCH", subject="sched: Subject", blurb="The text.")
+    out = export.fill_cover(generated, cover, "table2: a -> b\n  10ms ...\n")
+    assert out.startswith("Subject: [RFC PATCH 0/2] sched: Subject\n\nThe text.\n\nMeasured in one run")
+    assert "table2: a -> b\n  10ms ...\n\nA (2):\n" in out
+    with pytest.raises(BwlabError, match="no cover letter template"):
+        export.fill_cover("Subject: x\n", cover, None)
+
+
+def test_git_identity_comes_from_git_config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    config = tmp_path / "gitconfig"
+    monkeypatch.setenv("GIT_CONFIG_GLOBAL", str(config))
+    monkeypatch.setenv("GIT_CONFIG_NOSYSTEM", "1")
+    monkeypatch.chdir(tmp_path)  # not inside a repository with its own user.*
+    with pytest.raises(BwlabError, match=r"git config user\.name is not set"):
+        export.git_identity()
+    subprocess.run(["git", "config", "--global", "user.name", "Ada Lovelace"], check=True)
+    with pytest.raises(BwlabError, match=r"git config user\.email is not set"):
+        export.git_identity()
+    subprocess.run(["git", "config", "--global", "user.email", "ada@example.org"], check=True)
+    assert export.git_identity() == ("Ada Lovelace", "ada@example.org")
+    subprocess.run(["git", "config", "--global", "user.email", "nobody"], check=True)
+    with pytest.raises(BwlabError, match="not a name and an email"):
+        export.git_identity()
