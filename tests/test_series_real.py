@@ -151,7 +151,7 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
                                                          tmp_path: Path) -> None:  # fmt: skip
     base = _kselftest(baseline_key, tmp_path / "base")
     patched = _kselftest(patched_key, tmp_path / "patched")
-    names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite")
+    names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite", "test_cpucg_max_kernel_time")
     bound = ("test_cpucg_max_overdelivery",)  # the slush fund's bound: holds patched (and on 7.3.4)
     lags = ("test_cpucg_latency_awareness_files", "test_cpucg_load_credit", "test_cpucg_latency_awareness_fair_share",
             "test_cpucg_latency_awareness_fair_share_bursty")  # fmt: skip
