@@ -50,7 +50,9 @@ def cmd_export(args: argparse.Namespace) -> int:
         found = compare.compare_results(ref, other, metrics)
         if not found:
             raise BwlabError("--compare: no case and metric that both results have")
-        table = "\n".join(compare.lines(ref, other, found, False)) + "\n"
+        # a case without enough repetitions (an unlimited baseline) says nothing in a cover letter
+        lines = [line for line in compare.lines(ref, other, found, False) if "too few repetitions" not in line]
+        table = "\n".join(lines) + "\n"
     dest = Path(args.dest)
     keep = Path(args.keep_tree) if args.keep_tree else None
     with step(f"export {len(series.patches)} patches as {identity[0]} <{identity[1]}> to {dest}"):
