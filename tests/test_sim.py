@@ -74,6 +74,24 @@ def test_table2_policies_in_the_model() -> None:
     assert every < 3.0
 
 
+def test_unthrottle_retry_ends_the_unthrottles_late_timers_abort() -> None:
+    """With ticks and timers up to 2 ms late, a throttled task runs on past the grant that
+    queued its unthrottle, which then gives up (an abort) and leaves the cfs_rq throttled for a
+    period; BW_UNTHROTTLE_RETRY asks the pool again: no aborts, and the quota is used."""
+    sc = scenario.load(scenario.find("table2"), {"repetitions": 3, "duration_s": 5})
+    spec = next(s for s in sc.resolve(2) if s.case == "10ms")
+    got = {}
+    for policy in ("mainline", "unthrottle-retry"):
+        outs = sim.run_specs([spec], sim.SimTarget(policy=policy, jitter_us=2000))[0]
+        metrics = [sim.rep_metrics(spec, o)[0] for o in outs]
+        got[policy] = (sum(m["unthrottle_aborts"] or 0 for m in metrics),
+                       statistics.fmean(m["usage_per_quota"] or 0 for m in metrics))  # fmt: skip
+    assert got["mainline"][0] > 10 and got["unthrottle-retry"][0] == 0, got
+    assert got["unthrottle-retry"][1] > got["mainline"][1] + 0.02, got
+    on_time = sim.run_specs([spec], sim.SimTarget(policy="mainline"))[0]  # timers on time: no aborts
+    assert all(sim.rep_metrics(spec, o)[0]["unthrottle_aborts"] == 0 for o in on_time)
+
+
 def test_rewrites_give_extra_runtime_unless_noop() -> None:
     sc = scenario.load(scenario.find("rewrite-storm"), {"repetitions": 3, "duration_s": 5})
     spec = next(s for s in sc.resolve(2) if s.case == "demand=2xquota-rewrite=on")

@@ -245,6 +245,7 @@ def rep_metrics(spec: RunSpec, out: dict[str, Any]) -> tuple[dict[str, float | N
         metrics["requests_done"] = float(out["requests_done"])
         metrics["rps_achieved"] = out["requests_done"] / (out["duration_ns"] / 1e9)
     metrics["sim_ticks"] = float(out["ticks"])
+    metrics["unthrottle_aborts"] = float(g.get("unthrottle_aborts", 0))
     if spec.quota_us is not None:
         metrics.update(over_delivery(out.get("periods") or [], spec.quota_us))
     return metrics, samples

@@ -272,6 +272,8 @@ COMMON_METRICS = (
     Metric("max_usage_per_quota_1", "max usage/quota, 1 period"),
     Metric("max_usage_per_quota_10", "max usage/quota, 10 periods"),
     Metric("max_usage_per_quota_100", "max usage/quota, 100 periods"),
+    # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
+    Metric("unthrottle_aborts", "aborted unthrottles"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",
                           "lock_acquisitions", "lock_contentions", "rewrites", "rewrite_errors", "sim_ticks",
                           "exit_status")),

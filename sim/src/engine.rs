@@ -66,6 +66,7 @@ struct Bw {
     nr_periods: u64,
     nr_throttled: u64,
     throttled_time: i64,
+    unthrottle_aborts: u64, // unthrottles that found the grant used up and gave up
     nr_burst: u64,
     burst_time: i64,
     usage: i64,
@@ -146,6 +147,9 @@ pub struct GroupStat {
     pub nr_periods: u64,
     pub nr_throttled: u64,
     pub throttled_ns: i64,
+    /// unthrottle_cfs_rq() calls that found runtime_remaining <= 0 and left the cfs_rq
+    /// throttled (not in cpu.stat: the model's view of what BW_UNTHROTTLE_RETRY fixes)
+    pub unthrottle_aborts: u64,
     pub nr_bursts: u64,
     pub burst_ns: i64,
     pub usage_ns: i64,
@@ -284,6 +288,7 @@ impl Sim {
                 nr_periods: 0,
                 nr_throttled: 0,
                 throttled_time: 0,
+                unthrottle_aborts: 0,
                 nr_burst: 0,
                 burst_time: 0,
                 usage: 0,
@@ -722,6 +727,7 @@ impl Sim {
             && rq.runtime_remaining <= 0
             && !(self.feat.unthrottle_retry && self.assign(g, c, self.cfg.slice_ns))
         {
+            self.bws[g].unthrottle_aborts += 1;
             self.log(g, c as i32, "abort", 0);
             return;
         }
@@ -1337,6 +1343,7 @@ impl Sim {
                 nr_periods: b.nr_periods,
                 nr_throttled: b.nr_throttled,
                 throttled_ns: b.throttled_time,
+                unthrottle_aborts: b.unthrottle_aborts,
                 nr_bursts: b.nr_burst,
                 burst_ns: b.burst_time,
                 usage_ns: b.usage,
