@@ -83,6 +83,11 @@ def _values(case: Case, metric: str) -> list[float]:
     return [float(v) for r in case.reps if (v := r.metrics.get(metric)) is not None]
 
 
+def metric_keys(text: str | None) -> list[str] | None:
+    """`--metric a,b`: the keys named, or None (the report's columns) when none is given."""
+    return [m.strip() for m in text.split(",") if m.strip()] if text else None
+
+
 def compare_results(a: Result, b: Result, metrics: Sequence[str] | None = None) -> list[Comparison]:
     """Every case the two have in common; `metrics` (default: the report's columns both have)."""
     out = []

@@ -45,14 +45,12 @@ def cmd_export(args: argparse.Namespace) -> int:
     identity = kernel_export.git_identity()
     table = None
     if args.compare:
-        metrics = [m.strip() for m in args.metric.split(",") if m.strip()] if args.metric else None
         (ref, (other, *_)), *_ = compare.pair([Path(p) for p in args.compare])
-        found = compare.compare_results(ref, other, metrics)
+        # a case without enough repetitions (an unlimited baseline) says nothing in a cover letter
+        found = [c for c in compare.compare_results(ref, other, compare.metric_keys(args.metric)) if c.kind != "n/a"]
         if not found:
             raise BwlabError("--compare: no case and metric that both results have")
-        # a case without enough repetitions (an unlimited baseline) says nothing in a cover letter
-        lines = [line for line in compare.lines(ref, other, found, False) if "too few repetitions" not in line]
-        table = "\n".join(lines) + "\n"
+        table = "\n".join(compare.lines(ref, other, found)) + "\n"
     dest = Path(args.dest)
     keep = Path(args.keep_tree) if args.keep_tree else None
     with step(f"export {len(series.patches)} patches as {identity[0]} <{identity[1]}> to {dest}"):

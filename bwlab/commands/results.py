@@ -20,7 +20,7 @@ def cmd_report(args: argparse.Namespace) -> int:
 
 def cmd_compare(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.results]
-    metrics = [m.strip() for m in args.metric.split(",") if m.strip()] if args.metric else None
+    metrics = compare.metric_keys(args.metric)
     rows: list[dict[str, object]] = []
     for ref, others in compare.pair(paths):
         for other in others:

@@ -15,7 +15,7 @@ import re
 import shutil
 import subprocess
 import tempfile
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from bwlab.errors import BwlabError
@@ -129,7 +129,7 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
             out.write_text(personalize(patch.read_text(), name, email))
             mine.append(out)
         tree = keep_tree if keep_tree is not None else work / "linux"
-        base, _ = git_tree(source, series, tree, patches=tuple(mine), committer=identity)
+        base, _ = git_tree(source, replace(series, patches=tuple(mine)), tree, committer=identity)
         maint = subprocess.run(["perl", "scripts/get_maintainer.pl", "--no-git", "--no-git-fallback",
                                 *map(str, mine)], cwd=tree, capture_output=True, text=True, check=False)  # fmt: skip
         if maint.returncode != 0:

@@ -16,12 +16,12 @@ GIT_IDENTITY = {"GIT_AUTHOR_NAME": "bwlab", "GIT_AUTHOR_EMAIL": "bwlab@localhost
                 "GIT_AUTHOR_DATE": "2026-01-01T00:00:00Z", "GIT_COMMITTER_DATE": "2026-01-01T00:00:00Z"}  # fmt: skip
 
 
-def git_tree(source: KernelSource, series: Series, dest: Path, patches: tuple[Path, ...] | None = None,
+def git_tree(source: KernelSource, series: Series, dest: Path,
              committer: tuple[str, str] | None = None) -> tuple[str, str]:  # fmt: skip
     """A git repository of the source whose first commit is reproducible (fixed identity, date
     and message: the series' `base-commit:`), tagged v<version>, with the series applied by
-    `git am` on branch `bwlab` (or `patches`, the series' patches rewritten, e.g. with another
-    author), committed as `committer` (name, email) if given. Returns (base commit, head)."""
+    `git am` on branch `bwlab`, committed as `committer` (name, email) if given. Returns (base
+    commit, head commit)."""
     if dest.exists():
         raise BwlabError(f"{dest} already exists; remove it or choose another directory")
     if shutil.which("git") is None:
@@ -49,7 +49,6 @@ def git_tree(source: KernelSource, series: Series, dest: Path, patches: tuple[Pa
     if committer is not None:
         env.update({"GIT_COMMITTER_NAME": committer[0], "GIT_COMMITTER_EMAIL": committer[1]})
         env.pop("GIT_COMMITTER_DATE")
-    to_apply = series.patches if patches is None else patches
-    if to_apply:
-        git("am", "-q", *map(str, to_apply))
+    if series.patches:
+        git("am", "-q", *map(str, series.patches))
     return base, git("rev-parse", "HEAD")
