@@ -201,3 +201,15 @@ def test_funcs_serves_functions_in_child_groups(tmp_path: Path) -> None:
     # repetitions get different seeds (@REP@), so different arrivals
     assert reps[0]["metrics"]["requests_offered"] != reps[1]["metrics"]["requests_offered"]
     assert set(bwlab_dirs()) == before
+
+
+def test_picks_runs_its_tasks_in_child_groups_on_one_cpu(tmp_path: Path) -> None:
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "picks-host.toml"), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    m = json.loads((tmp_path / "picks-host.json").read_text())["cases"][0]["reps"][0]["metrics"]
+    assert m["ns_per_yield"] > 0 and m["yields_per_s"] > 1000 and m["yields_per_task_min"] > 0
+    assert m["switches_per_yield"] > 0.5
+    # the tasks ran in the case's group (its usage counts them), all on one CPU
+    assert 0.7 <= m["cpus_used"] <= 1.3, m["cpus_used"]
+    assert set(bwlab_dirs()) == before

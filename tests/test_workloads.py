@@ -239,3 +239,67 @@ def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
 def test_noise_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     proc = subprocess.run([str(bindir / "noise"), *args], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+def run_picks(bindir: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(bindir / "picks"), *args], capture_output=True, text=True, timeout=timeout)
+
+
+def test_picks_yields_on_one_cpu(bindir: Path) -> None:
+    # 8 yielding tasks and one plain one, no groups: every yield passes through a pick and,
+    # with nine tasks runnable on one CPU, nearly every one switches
+    proc = run_picks(bindir, "-t", "8", "-P", "1", "-d", "1")
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads(proc.stdout)
+    assert doc["tasks"] == 8 and doc["plain"] == 1 and doc["latency_awareness"] == -1
+    assert doc["yields"] > 1000 and doc["yields_per_task"]["min"] > 0
+    assert doc["yields_per_task"]["min"] <= doc["yields_per_task"]["median"] <= doc["yields_per_task"]["max"]
+    # the tasks share one CPU: their CPU time is about the measured second, not two
+    assert 0.7 <= doc["cpu_s"] <= 1.3, doc["cpu_s"]
+    assert abs(doc["ns_per_yield"] - 1e9 * doc["cpu_s"] / doc["yields"]) < 1.0
+    assert doc["switches_per_yield"] > 0.5
+
+
+def test_picks_puts_tasks_in_groups(bindir: Path, tmp_path: Path) -> None:
+    # a fake cgroup v1 directory: 4 groups pick-0..3 that take 1 and a plain group that does not
+    for name in ("pick-0", "pick-1", "pick-2", "pick-3", "plain"):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "cgroup.procs").write_text("")
+        if name != "plain":
+            (tmp_path / name / "cpu.latency_awareness").write_text("0")
+    proc = run_picks(bindir, "-t", "8", "-g", "4", "-d", "0.5", "-G", str(tmp_path), "-L", "1")
+    assert proc.returncode == 0, proc.stderr
+    for i in range(4):
+        group = tmp_path / f"pick-{i}"
+        assert (group / "cpu.latency_awareness").read_text() == "1"
+        assert int((group / "cgroup.procs").read_text()) > 0  # a task joined it
+    assert not (tmp_path / "plain" / "cpu.latency_awareness").exists()
+    assert int((tmp_path / "plain" / "cgroup.procs").read_text()) > 0
+
+
+def test_picks_latency_awareness_on_a_kernel_without_it(bindir: Path, tmp_path: Path) -> None:
+    proc = run_picks(bindir, "-t", "2", "-g", "1", "-d", "0.2", "-G", str(tmp_path), "-L", "1")
+    assert proc.returncode == 1 and "cpu.latency_awareness" in proc.stderr and proc.stdout == ""
+    for name in ("pick-0", "plain"):  # the failed run made them, without cgroup.procs
+        (tmp_path / name).mkdir(exist_ok=True)
+        (tmp_path / name / "cgroup.procs").write_text("")
+    proc = run_picks(bindir, "-t", "2", "-g", "1", "-d", "0.2", "-G", str(tmp_path), "-L", "0")
+    assert proc.returncode == 0, proc.stderr  # 0 is what such a kernel does anyway
+    (tmp_path / "plain" / "cgroup.procs").unlink()  # a group that cannot be joined: a clear error
+    proc = run_picks(bindir, "-t", "2", "-g", "1", "-d", "5", "-G", str(tmp_path), timeout=20)
+    assert proc.returncode == 1 and "cannot join" in proc.stderr and "plain" in proc.stderr
+
+
+@pytest.mark.parametrize("args", [["-t", "0"], ["-g", "x"], ["-P", "99"], ["-L", "1"], ["-C", "999"], ["extra"]])
+def test_picks_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = run_picks(bindir, *args, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_picks_output_that_is_not_its_document_is_an_error() -> None:
+    from bwlab.errors import BwlabError
+    from bwlab.workloads import get
+    from bwlab.workloads.base import Resolved
+
+    with pytest.raises(BwlabError, match="picks output"):
+        get("picks").parse('{"ns_per_yield": 1}\n', Resolved("picks", {}))
