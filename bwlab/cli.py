@@ -20,7 +20,7 @@ from bwlab.commands import results as results_cmd
 from bwlab.commands import run as run_cmd
 from bwlab.commands import sim as sim_cmd
 from bwlab.errors import BwlabError
-from bwlab.kernel import policies
+from bwlab.kernel import kselftest, policies
 from bwlab.kernel import source as kernel_source
 from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.targets import sim
@@ -194,6 +194,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=target_arg, default="guest", metavar="{guest,ssh://[user@]host[:port]}",
                    help="a guest of the built kernel (default), or a machine as root over ssh")  # fmt: skip
     p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
+    p.add_argument("--cgroup-mode", choices=kselftest.CGROUP_MODES, metavar="MODE",
+                   help="run test_cpu with this /sys/kernel/debug/sched/cgroup_mode (7.3: concur by default; "
+                   "smp is the weight split test_cpu was written for)")  # fmt: skip
     p.set_defaults(func=kselftest_cmd.cmd_kselftest)
 
     p = sub.add_parser("doctor", help="watch a live cgroup: unnecessary throttling, its causes, the fix, predicted")

@@ -11,7 +11,7 @@ import pytest
 from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import export
-from bwlab.paths import POSTED_SERIES
+from bwlab.paths import LAGS_SERIES, POSTED_SERIES
 
 PATCH = f"""From 0123 Mon Sep 17 00:00:00 2001
 From: {export.PLACEHOLDER}
@@ -104,3 +104,29 @@ def test_git_identity_comes_from_git_config(tmp_path: Path, monkeypatch: pytest.
     subprocess.run(["git", "config", "--global", "user.email", "nobody"], check=True)
     with pytest.raises(BwlabError, match="not a name and an email"):
         export.git_identity()
+
+
+def test_own_patches_of_the_shipped_series() -> None:
+    posted = kernel_build.read_series(POSTED_SERIES)
+    assert export.own_patches(posted) == len(posted.patches)
+    lags = kernel_build.read_series(LAGS_SERIES)
+    assert export.own_patches(lags) == 3 and len(lags.patches) == len(posted.patches) + 3
+
+
+def test_own_patches_wants_prerequisites_first_and_a_patch_of_its_own(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    pa, pb = tmp_path / "a" / "1.patch", tmp_path / "b" / "2.patch"
+    series = tmp_path / "b" / "series"
+    with pytest.raises(BwlabError, match="listed after this series' own"):
+        export.own_patches(kernel_build.Series(series, (pb, pa)))
+    with pytest.raises(BwlabError, match="no patch of its own"):
+        export.own_patches(kernel_build.Series(series, (pa,)))
+    assert export.own_patches(kernel_build.Series(series, (pa, pb))) == 1
+
+
+def test_read_cover_of_the_lags_cover_letter() -> None:
+    cover = export.read_cover(LAGS_SERIES.parent / export.COVER)
+    assert cover.prefix == "RFC PATCH" and cover.subject.startswith("sched/fair: ")
+    assert "prerequisite-patch-id:" not in cover.blurb and "base-commit" not in cover.blurb
+    assert len(cover.blurb.splitlines()) <= 120

@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -34,6 +35,38 @@ def test_plan_sends_rc_and_output_on_the_results_channel() -> None:
     plan = kselftest.plan([])
     assert "/bin/test_cpu > /tmp/out 2>&1" in plan
     assert plan.index("BWLAB-BEGIN 0 0") < plan.index("BWLAB-SECTION rc") < plan.index("BWLAB-END 0 0")
+
+
+def run_plan(tmp_path: Path, cgroup_mode: str | None) -> str:
+    """The plan run by sh with a fake test_cpu; what it sends on fd 3."""
+    (tmp_path / "test_cpu").write_text("#!/bin/sh\necho 'ok 1 test_cpucg_fake'\n")
+    (tmp_path / "test_cpu").chmod(0o755)
+    text = kselftest.plan([], bin_dir=str(tmp_path), tmp_dir=str(tmp_path), cgroup_mode=cgroup_mode)
+    proc = subprocess.run(["sh", "-c", f"exec 3>{tmp_path}/records; {text}"], capture_output=True, text=True,
+                          timeout=30, check=False)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    return (tmp_path / "records").read_text()
+
+
+def test_plan_runs_test_cpu(tmp_path: Path) -> None:
+    records = run_plan(tmp_path, None)
+    assert "BWLAB-SECTION rc\n0\n" in records and "ok 1 test_cpucg_fake" in records
+
+
+def test_plan_with_a_cgroup_mode_the_kernel_lacks_runs_nothing_and_says_why(tmp_path: Path) -> None:
+    if Path(kselftest.CGROUP_MODE_FILE).exists():
+        pytest.skip("this kernel has sched/cgroup_mode (the guest tests use it)")
+    records = run_plan(tmp_path, "smp")
+    assert "BWLAB-SECTION rc\n125\n" in records and "ok 1" not in records
+    assert f"BWLAB-SECTION stdout\n{kselftest.SETUP_FAILED}cannot set {kselftest.CGROUP_MODE_FILE} to smp" in records
+
+
+def test_plan_sets_the_cgroup_mode_around_test_cpu_and_puts_the_old_one_back() -> None:
+    plan = kselftest.plan([], cgroup_mode="smp")
+    assert plan.index("echo smp > /sys/kernel/debug/sched/cgroup_mode") < plan.index("/bin/test_cpu >")
+    assert plan.index("/bin/test_cpu >") < plan.index("echo $OLD > /sys/kernel/debug/sched/cgroup_mode")
+    with pytest.raises(BwlabError, match="unknown cgroup mode 'fast'"):
+        kselftest.plan([], cgroup_mode="fast")
 
 
 def fake_selftest_tree(root: Path, body: str = "return 0;") -> Path:

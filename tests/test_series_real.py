@@ -173,6 +173,37 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
     assert patched["test_cpucg_max_overdelivery"] == "pass", patched
 
 
+def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_source.KernelSource,
+                                                                 tmp_path: Path) -> None:  # fmt: skip
+    """LAGS is posted as its own series: its 3 patches and cover letter, base-commit v7.3.4 and a
+    prerequisite-patch-id per bandwidth patch; `git am` of them on the bandwidth series' tip
+    gives the tree of the whole series."""
+    config = tmp_path / "gitconfig"
+    config.write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n")
+    env = {"GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
+    out, tree = tmp_path / "out", tmp_path / "linux"
+    proc = bwlab("kernel", "export", str(out), "--series", str(LAGS_SERIES), "--keep-tree", str(tree), env=env,
+                 timeout=1800)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    own = len(LAGS.patches) - len(POSTED.patches)
+    assert f"(+{len(POSTED.patches)} prerequisite patches)" in proc.stdout
+    files = sorted(out.glob("*.patch"))
+    assert len(files) == own + 1
+    cover = files[0].read_text()
+    assert f"Subject: [RFC PATCH 0/{own}] " in cover and "*** " not in cover
+    assert "\nbase-commit: b68665838251cfaba94c4e611c3093150d6aec4a\n" in cover
+    assert cover.count("\nprerequisite-patch-id: ") == len(POSTED.patches)
+
+    def git(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=False,
+                              env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})  # fmt: skip
+
+    assert git("checkout", "-q", "-b", "check", f"bwlab~{own}").returncode == 0
+    am = git("am", "-q", *map(str, files[1:]))
+    assert am.returncode == 0, am.stderr
+    assert git("diff", "--quiet", "bwlab", "check").returncode == 0
+
+
 def test_git_tree_reproduces_base_commit(source: kernel_source.KernelSource, tmp_path: Path) -> None:
     """`bwlab kernel git` recreates the series' base-commit and applies it with git am."""
     proc = bwlab("kernel", "git", str(tmp_path / "linux"), timeout=1800)

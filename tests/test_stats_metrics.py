@@ -109,11 +109,11 @@ LOCK_STAT = """\
 
 
 def test_parse_lock_stat_counts_class_lines_only() -> None:
-    from bwlab.targets.base import parse_lock_stat
+    from bwlab.targets.base import LockStat, parse_lock_stat
 
-    assert parse_lock_stat(LOCK_STAT, ("&cfs_b->lock",)) == {"&cfs_b->lock": (34, 7890)}
+    assert parse_lock_stat(LOCK_STAT, ("&cfs_b->lock",)) == {"&cfs_b->lock": LockStat(34, 7890, 100.0, 400.0)}
     both = parse_lock_stat(LOCK_STAT + LOCK_STAT, ("&cfs_b->lock", "&rq->__lock"))
-    assert both == {"&cfs_b->lock": (68, 15780), "&rq->__lock": (4, 1998)}
+    assert both == {"&cfs_b->lock": LockStat(68, 15780, 200.0, 800.0), "&rq->__lock": LockStat(4, 1998, 200.0, 800.0)}
     assert parse_lock_stat("", ("&cfs_b->lock",)) == {}
 
 

@@ -53,11 +53,13 @@ def cmd_export(args: argparse.Namespace) -> int:
         table = "\n".join(compare.lines(ref, other, found)) + "\n"
     dest = Path(args.dest)
     keep = Path(args.keep_tree) if args.keep_tree else None
-    with step(f"export {len(series.patches)} patches as {identity[0]} <{identity[1]}> to {dest}"):
+    own = kernel_export.own_patches(series)
+    on = f" on {len(series.patches) - own} prerequisite patches" if own < len(series.patches) else ""
+    with step(f"export {own} patches{on} as {identity[0]} <{identity[1]}> to {dest}"):
         out = kernel_export.export(source, series, dest, identity, compare_table=table, keep_tree=keep)
     for f in out.files:
         print(f)
-    print(f"base-commit {out.base}")
+    print(f"base-commit {out.base}" + (f" (+{out.prerequisites} prerequisite patches)" if out.prerequisites else ""))
     print(f"To: {', '.join(out.to)}")
     print(f"Cc: {', '.join(out.cc)}")
     dirty = {name: text for name, text in out.checkpatch.items() if text}

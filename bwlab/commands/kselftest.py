@@ -37,7 +37,7 @@ def cmd_kselftest(args: argparse.Namespace) -> int:
     where = (f"{args.vcpus} vCPUs, kernel {target.image.key}" if isinstance(target, QemuTarget)
              else target.remote.url)  # fmt: skip
     with console.status(f"test_cpu on {label} ({where})"):
-        path, tests = target.run_kselftest(test_cpu, out)
+        path, tests = target.run_kselftest(test_cpu, out, cgroup_mode=args.cgroup_mode)
     table = Table(title=f"test_cpu on {label}")
     table.add_column("test")
     table.add_column("result")

@@ -6,6 +6,10 @@ commit, then lets `git format-patch` write it out with a cover letter (our subje
 git's shortlog and diffstat), `base-commit:`, To/Cc from the tree's get_maintainer.pl, and
 runs checkpatch.pl --strict on every patch. Optionally the cover letter gets a table printed by
 `bwlab compare` of two result files, measured in one run.
+
+A series that lists another series' patches first (kernel/lags/series names ../patches/*) is
+posted as its own patches on top of those: they are applied, but only the series' own patches
+are written, with `prerequisite-patch-id:` lines for the others after `base-commit:`.
 """
 
 from __future__ import annotations
@@ -42,6 +46,7 @@ class Cover:
 class Exported:
     files: tuple[Path, ...]  # cover letter first
     base: str
+    prerequisites: int  # patches of another series applied first and not written
     to: tuple[str, ...]
     cc: tuple[str, ...]
     checkpatch: dict[str, str]  # patch file name -> findings (empty if clean)
@@ -111,12 +116,29 @@ def fill_cover(generated: str, cover: Cover, extra: str | None) -> str:
     return generated.replace("*** SUBJECT HERE ***", cover.subject).replace("*** BLURB HERE ***", blurb)
 
 
+def own_patches(series: Series) -> int:
+    """How many of the series' patches are its own: those in its directory, after any listed
+    from another series (its prerequisites), which must all come first."""
+    assert series.path is not None
+    home = series.path.parent.resolve()
+    own = [p.parent.resolve() == home for p in series.patches]
+    first = own.index(True) if True in own else len(own)
+    if not all(own[first:]):
+        late = series.patches[first + own[first:].index(False)]
+        raise BwlabError(f"{series.path}: {late} is another series' patch listed after this series' own; "
+                         "list prerequisites first")  # fmt: skip
+    if first == len(own):
+        raise BwlabError(f"{series.path}: no patch of its own (all are in other directories)")
+    return len(own) - first
+
+
 def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str, str],
            compare_table: str | None = None, keep_tree: Path | None = None) -> Exported:  # fmt: skip
     """Write the series to `dest` as format-patch output in the user's name (see module doc)."""
     if series.path is None or not series.patches:
         raise BwlabError("nothing to export: the series is empty")
     cover = read_cover(series.path.parent / COVER)
+    count = own_patches(series)
     if dest.exists() and any(dest.iterdir()):
         raise BwlabError(f"{dest} is not empty; choose an empty or new directory")
     name, email = identity
@@ -131,7 +153,8 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
         tree = keep_tree if keep_tree is not None else work / "linux"
         base, _ = git_tree(source, replace(series, patches=tuple(mine)), tree, committer=identity)
         maint = subprocess.run(["perl", "scripts/get_maintainer.pl", "--no-git", "--no-git-fallback",
-                                *map(str, mine)], cwd=tree, capture_output=True, text=True, check=False)  # fmt: skip
+                                *map(str, mine[-count:])], cwd=tree, capture_output=True, text=True,
+                               check=False)  # fmt: skip
         if maint.returncode != 0:
             raise BwlabError(f"get_maintainer.pl failed: {(maint.stderr.strip().splitlines() or ['?'])[-1]}")
         to, cc = parse_maintainers(maint.stdout)
@@ -140,7 +163,7 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
         cmd = ["git", "format-patch", "-q", "--cover-letter", f"--base=v{source.version}",
                f"--subject-prefix={cover.prefix}",
                *[f"--to={a}" for a in to], *[f"--cc={a}" for a in cc],
-               "-o", str(dest.absolute()), f"v{source.version}..bwlab"]  # fmt: skip
+               "-o", str(dest.absolute()), f"bwlab~{count}..bwlab"]  # fmt: skip
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
             raise BwlabError(f"git format-patch failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
@@ -155,4 +178,4 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
             findings[f.name] = check.stdout.strip() if check.returncode != 0 else ""
         if keep_tree is None:
             shutil.rmtree(tree)
-    return Exported(files=tuple(files), base=base, to=to, cc=cc, checkpatch=findings)
+    return Exported(files=tuple(files), base=base, prerequisites=len(mine) - count, to=to, cc=cc, checkpatch=findings)

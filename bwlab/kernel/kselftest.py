@@ -74,14 +74,36 @@ def build_test_cpu(tree: Path) -> Path:
     return out
 
 
-def plan(args: list[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp") -> str:
+# 7.3's /sys/kernel/debug/sched/cgroup_mode: how a group's weight is split over CPUs ("concur",
+# the default, scales it by min(runnable tasks, CPUs); "smp" is the classic split of tg->shares).
+CGROUP_MODE_FILE = "/sys/kernel/debug/sched/cgroup_mode"
+CGROUP_MODES = ("up", "smp", "concur", "max", "tasks")
+SETUP_FAILED = "bwlab: "  # how the plan's own failure starts the output
+
+
+def plan(args: list[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp", cgroup_mode: str | None = None) -> str:
     """Plan shell: run test_cpu from `bin_dir`, send its TAP output and exit code as records
-    on fd 3 (see targets/plan.py)."""
+    on fd 3 (see targets/plan.py). With `cgroup_mode`, test_cpu runs with that
+    /sys/kernel/debug/sched/cgroup_mode and the old one is put back after; a kernel without
+    the file gets no test run and an output that starts with SETUP_FAILED."""
     argv = " ".join(shlex.quote(a) for a in [f"{bin_dir}/test_cpu", *args])
+    run = [f"{argv} > {tmp_dir}/out 2>&1", "RC=$?"]
+    if cgroup_mode is not None:
+        if cgroup_mode not in CGROUP_MODES:
+            raise BwlabError(f"unknown cgroup mode {cgroup_mode!r} (known: {', '.join(CGROUP_MODES)})")
+        m = CGROUP_MODE_FILE
+        run = [f"OLD=$(sed -n 's/.*(\\(.*\\)).*/\\1/p' {m} 2>/dev/null)",
+               f"if [ -n \"$OLD\" ] && echo {cgroup_mode} > {m} 2>/dev/null; then",
+               *(f"  {line}" for line in run),
+               f"  echo $OLD > {m}",
+               "else",
+               f"  echo '{SETUP_FAILED}cannot set {m} to {cgroup_mode}: the kernel has no such file or mode' "
+               f"> {tmp_dir}/out",
+               "  RC=125",
+               "fi"]  # fmt: skip
     return "\n".join([
         "set +e",
-        f"{argv} > {tmp_dir}/out 2>&1",
-        "RC=$?",
+        *run,
         "echo 'BWLAB-BEGIN 0 0' >&3",
         "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
         f"echo 'BWLAB-SECTION stdout' >&3; cat {tmp_dir}/out >&3",

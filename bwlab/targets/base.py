@@ -52,23 +52,37 @@ class RawRep:
         return asdict(self)
 
 
-def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, tuple[int, int]]:
-    """(contentions, acquisitions) per class from /proc/lock_stat class lines.
+@dataclass(frozen=True)
+class LockStat:
+    """One lock class's totals from /proc/lock_stat (times in microseconds, as it prints them)."""
+
+    contentions: int = 0
+    acquisitions: int = 0
+    wait_us: float = 0.0  # waittime-total: time spent waiting for the lock
+    hold_us: float = 0.0  # holdtime-total: time the lock was held
+
+    def __add__(self, other: LockStat) -> LockStat:
+        return LockStat(self.contentions + other.contentions, self.acquisitions + other.acquisitions,
+                        self.wait_us + other.wait_us, self.hold_us + other.hold_us)  # fmt: skip
+
+
+def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, LockStat]:
+    """Totals per class from /proc/lock_stat class lines.
 
     A class line is 'NAME: con-bounces contentions waittime-min waittime-max waittime-total
-    waittime-avg acq-bounces acquisitions holdtime-...'; classes with one name are summed."""
-    found: dict[str, tuple[int, int]] = {}
+    waittime-avg acq-bounces acquisitions holdtime-min holdtime-max holdtime-total
+    holdtime-avg'; classes with one name are summed."""
+    found: dict[str, LockStat] = {}
     for line in text.splitlines():
         name, sep, rest = line.strip().rpartition(":")
         fields = rest.split()
-        if not sep or name not in classes or len(fields) < 8:
+        if not sep or name not in classes or len(fields) < 11:
             continue
         try:
-            contentions, acquisitions = int(fields[1]), int(fields[7])
+            stat = LockStat(int(fields[1]), int(fields[7]), float(fields[4]), float(fields[10]))
         except ValueError:
             continue
-        con, acq = found.get(name, (0, 0))
-        found[name] = (con + contentions, acq + acquisitions)
+        found[name] = found.get(name, LockStat()) + stat
     return found
 
 
@@ -84,10 +98,13 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
     parsed, samples = plugin.parse(raw.stdout, spec.workload.resolved)
     out.update(parsed)
     if spec.lock_classes and raw.lock_stat:
-        stats = parse_lock_stat(raw.lock_stat, spec.lock_classes)
-        con = sum(c for c, _ in stats.values())
-        acq = sum(a for _, a in stats.values())
+        total = sum(parse_lock_stat(raw.lock_stat, spec.lock_classes).values(), LockStat())
+        acq, con = total.acquisitions, total.contentions
         out["lock_acquisitions"], out["lock_contentions"] = float(acq), float(con)
+        out["lock_hold_us"], out["lock_wait_us"] = total.hold_us, total.wait_us
+        if acq:  # what one acquisition costs: held, and waited for (lock_stat's own clock)
+            out["lock_hold_ns_per_acq"] = 1000 * total.hold_us / acq
+            out["lock_wait_ns_per_acq"] = 1000 * total.wait_us / acq
         if raw.wall_s > 0:
             out["lock_acq_per_s"], out["lock_con_per_s"] = acq / raw.wall_s, con / raw.wall_s
     for side in raw.sides:

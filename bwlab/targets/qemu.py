@@ -525,20 +525,25 @@ class QemuTarget:
         return show_command(self.image, specs, self.vcpus, out_dir / "logs", f"{sc.name}-{self.label}",
                             out_dir / "boot", self._features(), accel)  # fmt: skip
 
-    def run_kselftest(self, test_cpu: Path, out_dir: Path,
-                      timeout_s: float = 900.0) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
-        """Boot, run test_cpu, write kselftest-LABEL.json; return it and the test results."""
+    def run_kselftest(self, test_cpu: Path, out_dir: Path, timeout_s: float = 900.0,
+                      cgroup_mode: str | None = None) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
+        """Boot, run test_cpu (with that sched/cgroup_mode), write kselftest-LABEL.json; return it
+        and the test results."""
         label = guest_label(self.image.variant_name, None, self.image.hz)
         accel = choose_accel(self.accel, self.image)
         run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                   plan_text=kselftest.plan([]), extra={"test_cpu": test_cpu}, accel=accel.name)  # fmt: skip
+                   plan_text=kselftest.plan([], cgroup_mode=cgroup_mode), extra={"test_cpu": test_cpu},
+                   accel=accel.name)  # fmt: skip
         meta = results.base_meta("guest", label)
         meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),
                      "hz": self.image.hz, "vcpus": self.vcpus, "accel": accel.name,
                      "accel_reason": accel.reason, "patches": list(self.image.patches),
                      "console_log": str(run.console), "splats": run.splats[:20],
-                     "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread})  # fmt: skip
-        path, _, tests = base.write_kselftest(out_dir, meta, run.status, run.output.records.get((0, 0)))
+                     "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread,
+                     "cgroup_mode": cgroup_mode})  # fmt: skip
+        path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, run.output.records.get((0, 0)))
+        if stdout.startswith(kselftest.SETUP_FAILED):
+            raise BwlabError(stdout.strip().splitlines()[0])
         if run.status == "timeout":
             raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run.console}")
         if run.splats:

@@ -442,21 +442,25 @@ class SshTarget:
         base.check_run(cases, meta, path)
         return path
 
-    def run_kselftest(self, test_cpu: Path, out_dir: Path,
-                      timeout_s: float = 900.0) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
-        """test_cpu there: write kselftest-LABEL.json; return it and the test results."""
+    def run_kselftest(self, test_cpu: Path, out_dir: Path, timeout_s: float = 900.0,
+                      cgroup_mode: str | None = None) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
+        """test_cpu there (with that sched/cgroup_mode): write kselftest-LABEL.json; return it and
+        the test results."""
         machine = self._probe()
-        text = kselftest.plan([], bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir)
+        text = kselftest.plan([], bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir, cgroup_mode=cgroup_mode)
         log = out_dir / "logs" / f"kselftest-{self.label}.results.log"
         run = self._session(machine, [], text, {"test_cpu": test_cpu}, log, timeout_s, lambda _: None)
         meta = results.base_meta("ssh", self.label)
         meta.update({"remote": self.remote.url, "kernel_release": machine.facts.get("release"),
                      "vcpus": machine.ncpu, "cgroup": machine.layout.describe(),
-                     "elapsed_s": round(run.elapsed_s, 1)})  # fmt: skip
+                     "elapsed_s": round(run.elapsed_s, 1), "cgroup_mode": cgroup_mode})  # fmt: skip
         record = plan.parse_records(run.text).records.get((0, 0))
         path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, record)
         if run.status != "ok":
             raise BwlabError(f"{self.remote.url}: test_cpu did not finish ({run.error or run.status})")
+        if stdout.startswith(kselftest.SETUP_FAILED):
+            why = stdout.strip().splitlines()[0].removeprefix(kselftest.SETUP_FAILED)
+            raise BwlabError(f"{self.remote.url}: {why}")
         if not tests:
             skipped = re.search(r"^1\.\.0 # SKIP (.*)$", stdout, re.MULTILINE)
             if skipped:  # test_cpu needs the cpu controller in cgroup v2

@@ -265,6 +265,8 @@ COMMON_METRICS = (
     Metric("usage_per_period_quota", "usage/(periods x quota)"),
     Metric("lock_acq_per_s", "cfs_b->lock acq/s"),
     Metric("lock_con_per_s", "cfs_b->lock cont/s"),
+    Metric("lock_hold_ns_per_acq", "cfs_b->lock held ns/acq"),
+    Metric("lock_wait_ns_per_acq", "cfs_b->lock wait ns/acq"),
     Metric("cpus_used", "CPUs used"),
     Metric("nr_bursts", "nr_bursts"),
     # the most the group ran in any 1, 10, 100 consecutive periods over that many quotas
@@ -275,6 +277,6 @@ COMMON_METRICS = (
     # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
     Metric("unthrottle_aborts", "aborted unthrottles"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",
-                          "lock_acquisitions", "lock_contentions", "rewrites", "rewrite_errors", "sim_ticks",
-                          "exit_status")),
+                          "lock_acquisitions", "lock_contentions", "lock_hold_us", "lock_wait_us", "rewrites",
+                          "rewrite_errors", "sim_ticks", "exit_status")),
 )  # fmt: skip
