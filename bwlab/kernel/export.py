@@ -22,7 +22,7 @@ import tempfile
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from bwlab.errors import BwlabError
+from bwlab.errors import BwlabError, last_line
 from bwlab.kernel.build import Series
 from bwlab.kernel.git import git_tree
 from bwlab.kernel.source import KernelSource
@@ -156,7 +156,7 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
                                 *map(str, mine[-count:])], cwd=tree, capture_output=True, text=True,
                                check=False)  # fmt: skip
         if maint.returncode != 0:
-            raise BwlabError(f"get_maintainer.pl failed: {(maint.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise BwlabError(f"get_maintainer.pl failed: {last_line(maint.stderr)}")
         to, cc = parse_maintainers(maint.stdout)
         dest.mkdir(parents=True, exist_ok=True)
         env = {**os.environ, "GIT_COMMITTER_NAME": name, "GIT_COMMITTER_EMAIL": email}
@@ -166,7 +166,7 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
                "-o", str(dest.absolute()), f"bwlab~{count}..bwlab"]  # fmt: skip
         proc = subprocess.run(cmd, cwd=tree, env=env, capture_output=True, text=True, check=False)
         if proc.returncode != 0:
-            raise BwlabError(f"git format-patch failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise BwlabError(f"git format-patch failed: {last_line(proc.stderr)}")
         files = sorted(dest.glob("*.patch"))
         cover_file = files[0]
         cover_file.write_text(fill_cover(cover_file.read_text(), cover, compare_table))

@@ -7,7 +7,7 @@ import shutil
 import subprocess
 from pathlib import Path
 
-from bwlab.errors import BwlabError
+from bwlab.errors import BwlabError, last_line
 from bwlab.kernel.build import Series, run_logged
 from bwlab.kernel.source import KernelSource
 
@@ -34,7 +34,7 @@ def git_tree(source: KernelSource, series: Series, dest: Path,
         proc = subprocess.run(["git", "-c", "gc.autoDetach=false", *args], cwd=dest, env=env, capture_output=True,
                               text=True, check=False)  # fmt: skip
         if proc.returncode != 0:
-            raise BwlabError(f"git {args[0]} failed: {(proc.stderr.strip().splitlines() or ['?'])[-1]}")
+            raise BwlabError(f"git {args[0]} failed: {last_line(proc.stderr)}")
         return proc.stdout.strip()
 
     log = dest.parent / f"{dest.name}.copy.log"

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bwlab import results
-from bwlab.errors import BwlabError
+from bwlab.errors import BwlabError, last_line
 from bwlab.kernel import kselftest, policies
 from bwlab.progress import console, run_progress
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
@@ -468,7 +468,7 @@ class SshTarget:
                     f"{self.remote.url}: test_cpu skipped every test: {skipped.group(1).strip()} "
                     f"(it needs the cpu controller in cgroup v2; there: {machine.layout.describe()})"
                 )
-            last = (stdout.strip().splitlines() or ["no output"])[-1]
+            last = last_line(stdout)
             raise BwlabError(f"{self.remote.url}: test_cpu produced no TAP results: {last}")
         return path, tests
 
