@@ -71,6 +71,16 @@ OUTPUTS = {
             ],
         }
     ),
+    "picks": json.dumps(
+        {
+            "workload": "picks",
+            "yields": 1000,
+            "duration_s": 2,
+            "ns_per_yield": 50000.0,
+            "switches_per_yield": 1.0,
+            "yields_per_task": {"min": 10, "median": 15, "max": 20},
+        }
+    ),
     "noise": json.dumps(
         {
             "workload": "noise",
