@@ -71,20 +71,26 @@ def cmdlines_working_in(directory: Path) -> list[str]:
 
 
 @contextlib.contextmanager
+def started_in(grp: cgroup.Group, argv: list[str]) -> Iterator[subprocess.Popen[bytes]]:
+    """`argv` started inside `grp` (its own session); on the way out its whole session is killed."""
+
+    def join() -> None:
+        for procs in grp.procs_files:
+            Path(procs).write_text(str(os.getpid()))
+
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+    try:
+        yield proc
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+@contextlib.contextmanager
 def running_in_group(label: str, period_us: int, quota_us: int, argv: list[str]) -> Iterator[cgroup.Group]:
     """A fresh group of the host's hierarchy with this limit, `argv` started inside it (its
     own session); on the way out its whole session is killed, then the group removed."""
     hier = cgroup.detect()
-    with hier.group(cgroup.unique_name(label), period_us, quota_us, 0, None) as grp:
-
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
-
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
-        try:
-            yield grp
-        finally:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+    with hier.group(cgroup.unique_name(label), period_us, quota_us, 0, None) as grp, started_in(grp, argv):
+        yield grp

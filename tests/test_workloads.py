@@ -303,3 +303,19 @@ def test_picks_output_that_is_not_its_document_is_an_error() -> None:
 
     with pytest.raises(BwlabError, match="picks output"):
         get("picks").parse('{"ns_per_yield": 1}\n', Resolved("picks", {}))
+
+
+def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
+    # Poisson gaps from -R: the same seed posts the same requests in the same second, another
+    # seed (almost surely) a different number
+    def posted(seed: int) -> int:
+        proc = subprocess.run([str(bindir / "wakelat"), "-m", "1", "-t", "2", "-r", "200", "-p", "-c", "10",
+                               "-R", str(seed), "-d", "1"], capture_output=True, text=True, timeout=30)  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        return int(json.loads(proc.stdout.strip().splitlines()[-1])["posted"])
+
+    first = posted(5)
+    assert posted(5) == first and 120 < first < 280
+    assert {posted(6), posted(7)} != {first}
+    proc = subprocess.run([str(bindir / "wakelat"), "-R", "0"], capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == ""

@@ -71,7 +71,8 @@ struct msg {
 
 static int nmsg = 1, nworkers = 4, batch = 1, poisson;
 static double rps;
-static long burn_us = 1000, sleep_us, slice_us;
+static long burn_us = 1000, sleep_us, slice_us, seed;
+static struct msg *msgs;
 static double duration_s = 10, warmup_s;
 static int64_t measure_from; /* requests posted before this (ns) warm up and are not counted */
 static atomic_int stop;
@@ -210,7 +211,9 @@ static void *msg_main(void *arg)
 	struct msg *m = arg;
 	int64_t interval = rps > 0 ? (int64_t)(1e9 * nmsg * batch / rps) : 0;
 	int64_t next = now_ns(CLOCK_MONOTONIC);
-	uint64_t rng = (uint64_t)next ^ (uint64_t)(uintptr_t)m;
+	/* -R: the same seed, the same gaps (each message thread its own stream) */
+	uint64_t rng = seed ? 0x9e3779b97f4a7c15ULL * (uint64_t)(m - msgs + 1) ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ULL
+			    : (uint64_t)next ^ (uint64_t)(uintptr_t)m;
 
 	if (slice_us > 0)
 		set_slice(slice_us);
@@ -280,7 +283,7 @@ static int percentiles_from_stdin(void)
 static void usage(void)
 {
 	fprintf(stderr,
-		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-c burn_us] [-s sleep_us]\n"
+		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-R seed] [-c burn_us] [-s sleep_us]\n"
 		"               [-S slice_us] [-w warmup_s] [-d s]\n"
 		"       wakelat --percentiles < numbers\n"
 		"  -m  message threads (default 1)\n"
@@ -291,13 +294,13 @@ static void usage(void)
 		"  -c  CPU time each request burns, microseconds of thread CPU time (default 1000)\n"
 		"  -s  sleep after each request, microseconds (default 0)\n"
 		"  -S  workers ask EEVDF for this slice, microseconds (sched_setattr; default: the kernel's)\n"
+		"  -R  seed of the Poisson gaps (default: from the clock): the same seed, the same arrivals\n"
 		"  -w  seconds at the start whose requests are not counted (warm-up, default 0; less than -d)\n"
 		"  -d  run time in seconds, the warm-up included (default 10)\n");
 }
 
 int main(int argc, char **argv)
 {
-	struct msg *msgs;
 	struct timespec ts;
 	int64_t start, elapsed;
 	long completed = 0, kept_wake, kept_req;
@@ -306,7 +309,7 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--percentiles") == 0)
 		return percentiles_from_stdin();
-	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:w:d:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:R:w:d:h")) != -1) {
 		switch (opt) {
 		case 'm': nmsg = (int)parse_long("wakelat", optarg, "-m", 1, 64); break;
 		case 't': nworkers = (int)parse_long("wakelat", optarg, "-t", 1, 1024); break;
@@ -316,6 +319,7 @@ int main(int argc, char **argv)
 		case 'c': burn_us = parse_long("wakelat", optarg, "-c", 0, 10000000); break;
 		case 's': sleep_us = parse_long("wakelat", optarg, "-s", 0, 10000000); break;
 		case 'S': slice_us = parse_long("wakelat", optarg, "-S", 100, 100000); break;
+		case 'R': seed = parse_long("wakelat", optarg, "-R", 1, 1000000000); break;
 		case 'w': warmup_s = parse_double("wakelat", optarg, "-w", 0, 86400); break;
 		case 'd': duration_s = parse_double("wakelat", optarg, "-d", 0.01, 86400); break;
 		default: usage(); return 2;
