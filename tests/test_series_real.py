@@ -151,21 +151,25 @@ def _kselftest(kernel: str, out: Path, *args: str) -> dict[str, str]:
 def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patched_key: str,
                                                          tmp_path: Path) -> None:  # fmt: skip
     # 7.3's default sched/cgroup_mode (concur) weighs a group by its runnable tasks, which
-    # upstream's nested_weight_overprovisioned does not expect: under smp it passes (docs/series.md)
-    base = _kselftest(baseline_key, tmp_path / "base", "--cgroup-mode", "smp")
-    patched = _kselftest(patched_key, tmp_path / "patched")
+    # upstream's nested_weight_overprovisioned does not expect (docs/series.md): it fails there
+    # on 7.3.4 and passes under smp, where the patched kernel runs. (7.3.4 stays in its default:
+    # under smp its kernel_time loss came out at 89.8 and 93.2 % of the quota, around the
+    # test's 90 %, against 78.8 % in the default.)
+    base = _kselftest(baseline_key, tmp_path / "base")
+    smp = ("--cgroup-mode", "smp")
+    patched = _kselftest(patched_key, tmp_path / "patched", *smp)
     names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite", "test_cpucg_max_kernel_time")
     bound = ("test_cpucg_max_overdelivery",)  # the slush fund's bound: holds patched (and on 7.3.4)
     lags = ("test_cpucg_latency_awareness_files", "test_cpucg_load_credit", "test_cpucg_latency_awareness_fair_share",
             "test_cpucg_latency_awareness_fair_share_bursty")  # fmt: skip
     for boot in range(2):
-        if all(patched[n] == "pass" for n in names + lags + bound):
+        if all(patched[n] == "pass" for n in (*names, *lags, *bound, "test_cpucg_nested_weight_overprovisioned")):
             break
         # Under QEMU TCG a vCPU can stall for milliseconds (the guest logs "clocksource:
         # Watchdog remote CPU 1 read timed out"): once in about six CI runs that throttled the
         # patched kernel in 11 of 203 periods, and latency_awareness_fair_share failed in 2 of
         # 8 boots on the lab's machine (docs/lags.md). Up to two more boots; one must pass all.
-        patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}")
+        patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}", *smp)
     for name in names:
         assert base[name] == "fail", base
         assert patched[name] == "pass", patched
@@ -173,7 +177,8 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         assert base[name] == "skip", base
         assert patched[name] == "pass", patched
     assert patched["test_cpucg_subtree_control"] == "pass"
-    assert base["test_cpucg_nested_weight_overprovisioned"] == "pass", base
+    assert base["test_cpucg_nested_weight_overprovisioned"] == "fail", base
+    assert patched["test_cpucg_nested_weight_overprovisioned"] == "pass", patched
     assert patched["test_cpucg_max_overdelivery"] == "pass", patched
 
 
