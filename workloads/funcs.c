@@ -211,26 +211,6 @@ static void dispatch(struct server *sv)
 	sleep_until(t_end);
 }
 
-static int write_file(const char *dir, const char *file, const char *value)
-{
-	char path[4096];
-	int fd, ok;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	fd = open(path, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ok = write(fd, value, strlen(value)) == (ssize_t)strlen(value);
-	close(fd);
-	return ok ? 0 : -1;
-}
-
-static void die(const char *what, const char *path)
-{
-	fprintf(stderr, PROG ": %s %s: %s\n", what, path, strerror(errno));
-	exit(1);
-}
-
 static void run_server(int index, double rate)
 {
 	static struct server sv; /* one per process */
@@ -243,7 +223,7 @@ static void run_server(int index, double rate)
 		snprintf(dir, sizeof(dir), "%s/func-%d", cgroup_dir, index);
 		snprintf(pid, sizeof(pid), "%d", (int)getpid());
 		if (write_file(dir, "cgroup.procs", pid))
-			die("cannot join", dir);
+			die_errno(PROG, "cannot join", dir);
 	}
 	my_func = index;
 	sv.index = index;
@@ -279,26 +259,12 @@ static void run_server(int index, double rate)
 /* Make DIR/func-i; on v2 first move this process to DIR/ctl and enable the cpu controller. */
 static void make_groups(void)
 {
-	char dir[4096], pid[32];
+	char dir[4096];
 
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	snprintf(dir, sizeof(dir), "%s/cgroup.subtree_control", cgroup_dir);
-	if (access(dir, F_OK) == 0) { /* cgroup v2 */
-		snprintf(dir, sizeof(dir), "%s/ctl", cgroup_dir);
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			die("cannot create", dir);
-		if (write_file(dir, "cgroup.procs", pid))
-			die("cannot join", dir);
-		if (write_file(cgroup_dir, "cgroup.subtree_control", "+cpu"))
-			die("cannot enable the cpu controller in", cgroup_dir);
-	}
+	cg_leave_for_children(PROG, cgroup_dir);
 	for (int i = 0; i < nfuncs; i++) {
 		snprintf(dir, sizeof(dir), "%s/func-%d", cgroup_dir, i);
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			die("cannot create", dir);
-		if (aware >= 0 && write_file(dir, "cpu.latency_awareness", aware ? "1" : "0") &&
-		    (aware || errno != ENOENT)) /* 0 is every kernel's behaviour */
-			die("cannot write cpu.latency_awareness in", dir);
+		cg_make_child(PROG, dir, aware);
 	}
 }
 

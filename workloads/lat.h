@@ -2,16 +2,19 @@
 /*
  * lat.h - what the workloads (wakelat, funcs, cglat, noise) share: clocks, a CPU burn measured
  * in the thread's own CPU time, nearest-rank percentiles and their JSON, argument parsing
- * (one value, or a table of integer options).
+ * (one value, or a table of integer options), and making and joining child cgroups (funcs, picks).
  * Header-only: each workload is one static binary built from one .c file.
  */
 #ifndef BWLAB_LAT_H
 #define BWLAB_LAT_H
 
 #include <errno.h>
+#include <fcntl.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -169,6 +172,62 @@ static inline void print_spread(const int64_t *v, long n, long max, double div)
 	for (k = 0; k < m; k++)
 		printf("%s%.1f", k ? "," : "", (double)v[k * n / m] / div);
 	printf("]");
+}
+
+/* Write `value` to dir/file in one write(); 0 or -1 (errno set). */
+static inline int write_file(const char *dir, const char *file, const char *value)
+{
+	char path[4096];
+	int fd, ok;
+
+	if ((size_t)snprintf(path, sizeof(path), "%s/%s", dir, file) >= sizeof(path)) {
+		errno = ENAMETOOLONG;
+		return -1;
+	}
+	fd = open(path, O_WRONLY);
+	if (fd < 0)
+		return -1;
+	ok = write(fd, value, strlen(value)) == (ssize_t)strlen(value);
+	close(fd);
+	return ok ? 0 : -1;
+}
+
+static inline void die_errno(const char *prog, const char *what, const char *path)
+{
+	fprintf(stderr, "%s: %s %s: %s\n", prog, what, path, strerror(errno));
+	exit(1);
+}
+
+/*
+ * Before making child groups of `cgroup_dir` (cgroup v2 or the v1 cpu hierarchy): on v2 move
+ * this process to cgroup_dir/ctl, so that cgroup_dir has no processes of its own, and enable
+ * the cpu controller for its children.
+ */
+static inline void cg_leave_for_children(const char *prog, const char *cgroup_dir)
+{
+	char dir[4096], pid[32];
+
+	snprintf(dir, sizeof(dir), "%s/cgroup.subtree_control", cgroup_dir);
+	if (access(dir, F_OK) != 0)
+		return; /* v1 */
+	snprintf(pid, sizeof(pid), "%d", (int)getpid());
+	snprintf(dir, sizeof(dir), "%s/ctl", cgroup_dir);
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		die_errno(prog, "cannot create", dir);
+	if (write_file(dir, "cgroup.procs", pid))
+		die_errno(prog, "cannot join", dir);
+	if (write_file(cgroup_dir, "cgroup.subtree_control", "+cpu"))
+		die_errno(prog, "cannot enable the cpu controller in", cgroup_dir);
+}
+
+/* Make the child group `dir`; aware 0 or 1 writes its cpu.latency_awareness (-1: leave it). */
+static inline void cg_make_child(const char *prog, const char *dir, int aware)
+{
+	if (mkdir(dir, 0755) && errno != EEXIST)
+		die_errno(prog, "cannot create", dir);
+	if (aware >= 0 && write_file(dir, "cpu.latency_awareness", aware ? "1" : "0") &&
+	    (aware || errno != ENOENT)) /* 0 is every kernel's behaviour: accepted without the file */
+		die_errno(prog, "cannot write cpu.latency_awareness in", dir);
 }
 
 #endif /* BWLAB_LAT_H */

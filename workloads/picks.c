@@ -56,26 +56,6 @@ static double duration_s = 5;
 static volatile sig_atomic_t interrupted;
 static int go_pipe[2]; /* the start: closing the write end wakes every task at once */
 
-static int write_file(const char *dir, const char *file, const char *value)
-{
-	char path[4096];
-	int fd, ok;
-
-	snprintf(path, sizeof(path), "%s/%s", dir, file);
-	fd = open(path, O_WRONLY);
-	if (fd < 0)
-		return -1;
-	ok = write(fd, value, strlen(value)) == (ssize_t)strlen(value);
-	close(fd);
-	return ok ? 0 : -1;
-}
-
-static void die(const char *what, const char *path)
-{
-	fprintf(stderr, PROG ": %s %s: %s\n", what, path, strerror(errno));
-	exit(1);
-}
-
 static void group_dir(char *buf, size_t len, int group)
 {
 	if (group < ngroups)
@@ -109,7 +89,7 @@ static void run_task(int i, int group)
 		group_dir(dir, sizeof(dir), group);
 		snprintf(pid, sizeof(pid), "%d", (int)getpid());
 		if (write_file(dir, "cgroup.procs", pid))
-			die("cannot join", dir);
+			die_errno(PROG, "cannot join", dir);
 	}
 	pin(cpu);
 	close(go_pipe[1]);
@@ -135,29 +115,15 @@ static void run_task(int i, int group)
 	exit(0);
 }
 
-/* The groups; on v2 this process first moves to DIR/ctl so that DIR has no processes. */
+/* The groups (on v2 this process first moves to DIR/ctl, so that DIR has no processes). */
 static void make_groups(void)
 {
-	char dir[4096], pid[32];
+	char dir[4096];
 
-	snprintf(pid, sizeof(pid), "%d", (int)getpid());
-	snprintf(dir, sizeof(dir), "%s/cgroup.subtree_control", cgroup_dir);
-	if (access(dir, F_OK) == 0) {
-		snprintf(dir, sizeof(dir), "%s/ctl", cgroup_dir);
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			die("cannot create", dir);
-		if (write_file(dir, "cgroup.procs", pid))
-			die("cannot join", dir);
-		if (write_file(cgroup_dir, "cgroup.subtree_control", "+cpu"))
-			die("cannot enable the cpu controller in", cgroup_dir);
-	}
+	cg_leave_for_children(PROG, cgroup_dir);
 	for (int g = 0; g < ngroups + (nplain > 0); g++) {
 		group_dir(dir, sizeof(dir), g);
-		if (mkdir(dir, 0755) && errno != EEXIST)
-			die("cannot create", dir);
-		if (g < ngroups && aware >= 0 && write_file(dir, "cpu.latency_awareness", aware ? "1" : "0") &&
-		    (aware || errno != ENOENT)) /* 0 is every kernel's behaviour */
-			die("cannot write cpu.latency_awareness in", dir);
+		cg_make_child(PROG, dir, g < ngroups ? aware : -1);
 	}
 }
 
