@@ -59,6 +59,14 @@ def test_plan_with_a_cgroup_mode_the_kernel_lacks_runs_nothing_and_says_why(tmp_
     records = run_plan(tmp_path, "smp")
     assert "BWLAB-SECTION rc\n125\n" in records and "ok 1" not in records
     assert f"BWLAB-SECTION stdout\n{kselftest.SETUP_FAILED}cannot set {kselftest.CGROUP_MODE_FILE} to smp" in records
+    stdout = records.split("BWLAB-SECTION stdout\n", 1)[1].split("BWLAB-END", 1)[0]
+    why = f"cannot set {kselftest.CGROUP_MODE_FILE} to smp: the kernel has no such file or mode"
+    assert kselftest.setup_failure(stdout) == why
+
+
+def test_a_test_run_is_no_setup_failure(tmp_path: Path) -> None:
+    stdout = run_plan(tmp_path, None).split("BWLAB-SECTION stdout\n", 1)[1]
+    assert kselftest.setup_failure(stdout) is None
 
 
 def test_plan_sets_the_cgroup_mode_around_test_cpu_and_puts_the_old_one_back() -> None:

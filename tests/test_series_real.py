@@ -7,10 +7,12 @@ import json
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bwlab.kernel import build as kernel_build
+from bwlab.kernel import kselftest
 from bwlab.kernel import source as kernel_source
 from bwlab.paths import DEFAULT_SERIES, LAGS_SERIES, POSTED_SERIES
 
@@ -138,14 +140,33 @@ def test_identical_rewrites_hand_out_nothing(patched_key: str, tmp_path: Path) -
     assert off["usage_per_quota"] > on["usage_per_quota"] + 0.03
 
 
-def _kselftest(kernel: str, out: Path, *args: str) -> dict[str, str]:
+class Selftests(dict[str, str]):
+    """test_cpu's results by test name (pass, fail, skip), and what each test printed."""
+
+    def __init__(self, doc: dict[str, Any]) -> None:
+        super().__init__({t["name"]: t["status"] for t in doc["tests"]})
+        self.said: dict[str, str] = {}
+        lines: list[str] = []
+        for line in doc["output"].splitlines():
+            match = kselftest.TAP_LINE.match(line.strip())
+            if match:
+                self.said[match.group(4)] = " ".join(lines)
+                lines = []
+            elif line.startswith("# "):
+                lines.append(line[2:].strip())
+
+    def why(self, name: str) -> str:
+        return f"{name}: {self.get(name)} ({self.said.get(name, 'printed nothing')})"
+
+
+def _kselftest(kernel: str, out: Path, *args: str) -> Selftests:
     proc = bwlab("kselftest", "--kernel", kernel, "--out", str(out), "--expect-fail", *args, timeout=900)
     assert proc.returncode == 0, proc.stderr
     (doc_path,) = out.glob("kselftest-*.json")
     doc = json.loads(doc_path.read_text())
     assert doc["meta"]["splats"] == []
     assert doc["meta"]["cgroup_mode"] == (args[1] if args[:1] == ("--cgroup-mode",) else None)
-    return {t["name"]: t["status"] for t in doc["tests"]}
+    return Selftests(doc)
 
 
 def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patched_key: str,
@@ -171,15 +192,16 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         # 8 boots on the lab's machine (docs/lags.md). Up to two more boots; one must pass all.
         patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}", *smp)
     for name in names:
-        assert base[name] == "fail", base
-        assert patched[name] == "pass", patched
+        assert base[name] == "fail", base.why(name)
+        assert patched[name] == "pass", patched.why(name)
     for name in lags:  # latency-aware groups: absent on 7.3.4 (the tests skip), working patched
-        assert base[name] == "skip", base
-        assert patched[name] == "pass", patched
+        assert base[name] == "skip", base.why(name)
+        assert patched[name] == "pass", patched.why(name)
     assert patched["test_cpucg_subtree_control"] == "pass"
-    assert base["test_cpucg_nested_weight_overprovisioned"] == "fail", base
-    assert patched["test_cpucg_nested_weight_overprovisioned"] == "pass", patched
-    assert patched["test_cpucg_max_overdelivery"] == "pass", patched
+    nested = "test_cpucg_nested_weight_overprovisioned"
+    assert base[nested] == "fail", base.why(nested)
+    assert patched[nested] == "pass", patched.why(nested)
+    assert patched["test_cpucg_max_overdelivery"] == "pass", patched.why("test_cpucg_max_overdelivery")
 
 
 def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_source.KernelSource,

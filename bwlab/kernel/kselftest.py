@@ -111,6 +111,13 @@ def plan(args: list[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp", cgroup_m
     ]) + "\n"  # fmt: skip
 
 
+def setup_failure(stdout: str) -> str | None:
+    """Why the plan itself failed (no test ran), from its output; None if it did not."""
+    if not stdout.startswith(SETUP_FAILED):
+        return None
+    return stdout.strip().splitlines()[0].removeprefix(SETUP_FAILED)
+
+
 def parse_tap(text: str) -> list[TestResult]:
     tests = []
     for line in text.splitlines():

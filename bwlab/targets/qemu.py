@@ -542,8 +542,9 @@ class QemuTarget:
                      "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread,
                      "cgroup_mode": cgroup_mode})  # fmt: skip
         path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, run.output.records.get((0, 0)))
-        if stdout.startswith(kselftest.SETUP_FAILED):
-            raise BwlabError(stdout.strip().splitlines()[0])
+        why = kselftest.setup_failure(stdout)
+        if why is not None:
+            raise BwlabError(f"{kselftest.SETUP_FAILED}{why}")
         if run.status == "timeout":
             raise BwlabError(f"guest timed out after {timeout_s:.0f} s; console: {run.console}")
         if run.splats:

@@ -458,8 +458,8 @@ class SshTarget:
         path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, record)
         if run.status != "ok":
             raise BwlabError(f"{self.remote.url}: test_cpu did not finish ({run.error or run.status})")
-        if stdout.startswith(kselftest.SETUP_FAILED):
-            why = stdout.strip().splitlines()[0].removeprefix(kselftest.SETUP_FAILED)
+        why = kselftest.setup_failure(stdout)
+        if why is not None:
             raise BwlabError(f"{self.remote.url}: {why}")
         if not tests:
             skipped = re.search(r"^1\.\.0 # SKIP (.*)$", stdout, re.MULTILINE)
