@@ -4,6 +4,7 @@ patched kernel booted under QEMU TCG behaves as the series claims (A/B in the sa
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -169,6 +170,13 @@ def _kselftest(kernel: str, out: Path, *args: str) -> Selftests:
     return Selftests(doc)
 
 
+def _usage(tests: Selftests, name: str) -> int:
+    """The usage (us) a max_kernel_time test printed."""
+    match = re.search(r"usage (\d+) usec of a quota", tests.said.get(name, ""))
+    assert match, tests.why(name)
+    return int(match.group(1))
+
+
 def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patched_key: str,
                                                          tmp_path: Path) -> None:  # fmt: skip
     # 7.3's default sched/cgroup_mode (concur) weighs a group by its runnable tasks, which
@@ -192,8 +200,14 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         # 8 boots on the lab's machine (docs/lags.md). Up to two more boots; one must pass all.
         patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}", *smp)
     for name in names:
-        assert base[name] == "fail", base.why(name)
         assert patched[name] == "pass", patched.why(name)
+        if name != "test_cpucg_max_kernel_time":
+            assert base[name] == "fail", base.why(name)
+    # v7.3.4 loses a varying part of the quota to aborted unthrottles (82.4, 90.1 and 96.2 % in
+    # three boots on 2026-11-24; 78.8-93.2 % before): its test passes in some boots, the CI run
+    # of 7ce01a1 among them (docs/series.md). Asserted: it ran less of its quota than the series.
+    kernel_time = "test_cpucg_max_kernel_time"
+    assert _usage(base, kernel_time) < _usage(patched, kernel_time), (base.why(kernel_time), patched.why(kernel_time))
     for name in lags:  # latency-aware groups: absent on 7.3.4 (the tests skip), working patched
         assert base[name] == "skip", base.why(name)
         assert patched[name] == "pass", patched.why(name)
