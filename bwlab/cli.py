@@ -206,6 +206,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (- for stdout only)")
     p.add_argument("--png", metavar="FILE", help="a timeline: usage, throttled time and verdict per period")
     p.add_argument("--no-predict", action="store_true", help="skip the simulator's what-if")
+    p.add_argument("--save-trace", metavar="FILE",
+                   help="write the threads' recorded work as a simulator trace (a scenario's workload kind "
+                        "'trace' with paced = true replays it)")  # fmt: skip
     p.add_argument("--ebpf", action="store_true",
                    help="trace with bpftrace (root): exact period boundaries, demand, timer lateness")  # fmt: skip
     p.set_defaults(func=live_cmd.cmd_doctor)

@@ -72,6 +72,7 @@ struct msg {
 static int nmsg = 1, nworkers = 4, batch = 1, poisson;
 static double rps;
 static long burn_us = 1000, sleep_us, slice_us, seed;
+static int arrivals_only;
 static struct msg *msgs;
 static double duration_s = 10, warmup_s;
 static int64_t measure_from; /* requests posted before this (ns) warm up and are not counted */
@@ -206,14 +207,59 @@ static int post(struct msg *m, int64_t arrival)
 	return 0;
 }
 
+/* The gap between message thread i's posts, in ns: `interval`, or with -p exponential gaps of
+ * that mean drawn from *rng (xorshift64). */
+static int64_t next_gap(uint64_t *rng, int64_t interval)
+{
+	double u;
+
+	if (!poisson)
+		return interval;
+	*rng ^= *rng << 13;
+	*rng ^= *rng >> 7;
+	*rng ^= *rng << 17;
+	u = (double)(*rng >> 11) / 9007199254740992.0;
+	return (int64_t)(-(double)interval * log1p(-u));
+}
+
+/* -R: the same seed, the same gaps (each message thread i its own stream) */
+static uint64_t seed_of(int i, int64_t clock)
+{
+	return seed ? 0x9e3779b97f4a7c15ULL * (uint64_t)(i + 1) ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ULL
+		    : (uint64_t)clock ^ (uint64_t)i * 0x9e3779b97f4a7c15ULL;
+}
+
+static int64_t post_interval(void)
+{
+	return rps > 0 ? (int64_t)(1e9 * nmsg * batch / rps) : 0;
+}
+
+/* -A: the arrivals a run of -d seconds would post (message thread, ns after the start, one line
+ * per request), without running it: with -R what a replay of the run's requests needs. */
+static int print_arrivals(void)
+{
+	int64_t interval = post_interval();
+
+	if (interval <= 0 || !seed) {
+		fprintf(stderr, "wakelat: -A needs a rate (-r > 0) and a seed (-R)\n");
+		return 2;
+	}
+	for (int i = 0; i < nmsg; i++) {
+		uint64_t rng = seed_of(i, 0);
+
+		for (int64_t t = next_gap(&rng, interval); t < (int64_t)(duration_s * 1e9); t += next_gap(&rng, interval))
+			for (int k = 0; k < batch; k++)
+				printf("%d %lld\n", i, (long long)t);
+	}
+	return 0;
+}
+
 static void *msg_main(void *arg)
 {
 	struct msg *m = arg;
-	int64_t interval = rps > 0 ? (int64_t)(1e9 * nmsg * batch / rps) : 0;
+	int64_t interval = post_interval();
 	int64_t next = now_ns(CLOCK_MONOTONIC);
-	/* -R: the same seed, the same gaps (each message thread its own stream) */
-	uint64_t rng = seed ? 0x9e3779b97f4a7c15ULL * (uint64_t)(m - msgs + 1) ^ (uint64_t)seed * 0xbf58476d1ce4e5b9ULL
-			    : (uint64_t)next ^ (uint64_t)(uintptr_t)m;
+	uint64_t rng = seed_of((int)(m - msgs), next);
 
 	if (slice_us > 0)
 		set_slice(slice_us);
@@ -222,17 +268,7 @@ static void *msg_main(void *arg)
 		if (interval > 0) {
 			struct timespec ts;
 
-			if (poisson) { /* exponential gaps of mean `interval` */
-				double u;
-
-				rng ^= rng << 13;
-				rng ^= rng >> 7;
-				rng ^= rng << 17;
-				u = (double)(rng >> 11) / 9007199254740992.0;
-				next += (int64_t)(-(double)interval * log1p(-u));
-			} else {
-				next += interval;
-			}
+			next += next_gap(&rng, interval);
 			ts.tv_sec = next / 1000000000;
 			ts.tv_nsec = next % 1000000000;
 			while (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &ts, NULL) == EINTR)
@@ -284,7 +320,7 @@ static void usage(void)
 {
 	fprintf(stderr,
 		"usage: wakelat [-m msg_threads] [-t workers_per_msg] [-r rps] [-b batch] [-p] [-R seed] [-c burn_us] [-s sleep_us]\n"
-		"               [-S slice_us] [-w warmup_s] [-d s]\n"
+		"               [-S slice_us] [-w warmup_s] [-d s] [-A]\n"
 		"       wakelat --percentiles < numbers\n"
 		"  -m  message threads (default 1)\n"
 		"  -t  worker threads per message thread (default 4)\n"
@@ -296,7 +332,8 @@ static void usage(void)
 		"  -S  workers ask EEVDF for this slice, microseconds (sched_setattr; default: the kernel's)\n"
 		"  -R  seed of the Poisson gaps (default: from the clock): the same seed, the same arrivals\n"
 		"  -w  seconds at the start whose requests are not counted (warm-up, default 0; less than -d)\n"
-		"  -d  run time in seconds, the warm-up included (default 10)\n");
+		"  -d  run time in seconds, the warm-up included (default 10)\n"
+		"  -A  print the arrivals of such a run (message thread, ns after the start) and exit\n");
 }
 
 int main(int argc, char **argv)
@@ -309,7 +346,7 @@ int main(int argc, char **argv)
 
 	if (argc == 2 && strcmp(argv[1], "--percentiles") == 0)
 		return percentiles_from_stdin();
-	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:R:w:d:h")) != -1) {
+	while ((opt = getopt(argc, argv, "m:t:r:b:pc:s:S:R:w:d:Ah")) != -1) {
 		switch (opt) {
 		case 'm': nmsg = (int)parse_long("wakelat", optarg, "-m", 1, 64); break;
 		case 't': nworkers = (int)parse_long("wakelat", optarg, "-t", 1, 1024); break;
@@ -322,6 +359,7 @@ int main(int argc, char **argv)
 		case 'R': seed = parse_long("wakelat", optarg, "-R", 1, 1000000000); break;
 		case 'w': warmup_s = parse_double("wakelat", optarg, "-w", 0, 86400); break;
 		case 'd': duration_s = parse_double("wakelat", optarg, "-d", 0.01, 86400); break;
+		case 'A': arrivals_only = 1; break;
 		default: usage(); return 2;
 		}
 	}
@@ -329,6 +367,8 @@ int main(int argc, char **argv)
 		usage();
 		return 2;
 	}
+	if (arrivals_only)
+		return print_arrivals();
 	if (warmup_s >= duration_s) {
 		fprintf(stderr, "wakelat: -w %g must be less than -d %g (the warm-up is part of the run)\n", warmup_s,
 			duration_s);

@@ -105,6 +105,8 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
 
 def cmd_doctor(args: argparse.Namespace) -> int:
     _check_seconds(args.seconds, args.interval_ms)
+    if args.save_trace and not Path(args.save_trace).parent.is_dir():
+        raise BwlabError(f"--save-trace {args.save_trace}: no directory {Path(args.save_trace).parent}")
     group = groups.find(args.target)
     interval_s = args.interval_ms / 1000
     with console.status(f"watching {group.path} for {args.seconds:g} s (every {args.interval_ms:g} ms)"):
@@ -112,11 +114,17 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     analysis, recorder = watched.analysis, watched.recorder
     facts = facts_of(group, recorder, watched.timer_late_us)
     diag = diagnose.diagnose(group, analysis, facts)
+    if args.save_trace:
+        try:
+            recorder.write_trace(Path(args.save_trace), recorder.episodes())
+        except OSError as exc:
+            raise BwlabError(f"--save-trace {args.save_trace}: {exc.strerror}") from None
+        console.print(f"trace: {args.save_trace}")
     predictions: list[whatif.Prediction] = []
     if diag.burst_us is not None and not args.no_predict:
         with (console.status("predicting with the simulator"),
               tempfile.TemporaryDirectory(prefix="bwlab-doctor-") as tmp):  # fmt: skip
-            trace = recorder.write_trace(Path(tmp) / "trace.jsonl")
+            trace = recorder.write_trace(Path(tmp) / "trace.jsonl", recorder.episodes())
             lim = group.effective
             variants = [whatif.Variant("as it is", lim),
                         whatif.Variant(f"burst {diag.burst_us} us", Limit(lim.quota_us, lim.period_us, diag.burst_us)),
@@ -124,7 +132,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             pool = math.ceil(lim.cpus or 0)
             if 0 < pool < facts.threads:  # the same work from as many threads as the quota's CPUs
                 pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", recorder.pooled(pool))
-                variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled))
+                variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled, paced=False))
             if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period
                 quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
                 variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))

@@ -319,8 +319,7 @@ class Watcher:
                 self._count(tr, analysis, rec)
                 hot.raws = hot.raws[edges[-1] - 1 :]  # the last boundary starts the next analysis
                 if rec is not None:
-                    rec.steps = [s for s in rec.steps if s[1] >= samples[edges[-1] - 1].t]
-                    rec.intervals.clear()
+                    rec.forget_before(samples[edges[-1] - 1].t)
             if now > hot.until:
                 hot.close()
                 tr.hot = None

@@ -1,6 +1,7 @@
-"""What a change would do: a group's recorded threads (threads.py) replayed in the simulator
-under its current settings and under alternatives (burst, another period, the series' policy),
-several seeds each (the period timer's phase differs between groups as between seeds)."""
+"""What a change would do: a group's recorded threads (threads.py: their episodes of work, due
+when they began) replayed in the simulator under its current settings and under alternatives
+(burst, another period, the series' policy), several seeds each (the period timer's phase
+differs between groups as between seeds)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ class Variant:
     limit: Limit
     policy: str = "mainline"  # a stock kernel; "all": the series
     trace: Path | None = None  # another recording of the work (threads.pooled), else predict()'s
+    paced: bool = True  # the trace's intervals are due at their recorded times (threads.episodes)
 
 
 @dataclass(frozen=True)
@@ -52,7 +54,8 @@ def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: 
             text = (f'name = "whatif"\nrepetitions = {reps}\nduration_s = {seconds:g}\n'
                     f"[cgroup]\nperiod_us = {v.limit.period_us}\nquota_cpus = {quota}\nburst_us = {v.limit.burst_us}\n"
                     f'[sysctl]\n"kernel.sched_cfs_bandwidth_slice_us" = {slice_us}\n'
-                    f'[workload]\nkind = "trace"\nfile = "{v.trace or trace}"\n')  # fmt: skip
+                    f'[workload]\nkind = "trace"\nfile = "{v.trace or trace}"\n'
+                    f"paced = {str(v.paced).lower()}\n")  # fmt: skip
             path = Path(tmp) / f"whatif-{i}.toml"
             path.write_text(text)
             specs = scenario.load(path).resolve(ncpu, hz)

@@ -52,12 +52,15 @@ class Trace(WorkloadKind):
     name = "trace"
     description = "replay run/sleep intervals from a JSON-lines file (simulator only)"
     params = {"file": Param("path", required=True, help="JSON lines: run_us, sleep_us, thread"),
-              "repeat": Param("bool", True)}  # fmt: skip
+              "repeat": Param("bool", True),
+              "paced": Param("bool", False, help="each interval due at its recorded time (work on its own clock): "
+                                                 "a delayed run shortens the sleep after it")}  # fmt: skip
     runs_on_real = False
 
     def sim_model(self, w: Resolved, cpus: list[int]) -> SimModel:
         traces = read_trace(Path(str(w["file"])))
-        return SimModel([{"type": "trace", "intervals": tr, "repeat": bool(w["repeat"])} for tr in traces])
+        return SimModel([{"type": "trace", "intervals": tr, "repeat": bool(w["repeat"]),
+                         "paced": bool(w["paced"])} for tr in traces])  # fmt: skip
 
 
 KIND = Trace()

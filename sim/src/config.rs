@@ -139,11 +139,17 @@ pub enum Behavior {
     },
     /// Serves requests from the shared queue (see `RequestsCfg`).
     Worker,
-    /// Replays (run_ns, sleep_ns) intervals, recorded elsewhere.
+    /// Replays (run_ns, sleep_ns) intervals, recorded elsewhere. `paced`: each interval is
+    /// due when the recorded ones before it add up to (a run delayed by throttling shortens
+    /// the sleep after it, and work past its time runs at once: work that arrives on its
+    /// own clock, as requests do); otherwise each sleep is slept in full after its run, and
+    /// a delay moves everything after it.
     Trace {
         intervals: Vec<(i64, i64)>,
         #[serde(default)]
         repeat: bool,
+        #[serde(default)]
+        paced: bool,
     },
 }
 

@@ -114,6 +114,7 @@ struct Thread {
     woke_at: Option<i64>,
     sleep_start: i64,
     trace_idx: usize,
+    trace_due: i64, // paced trace: when the current interval was due
     request_arrival: i64,
     throttle_pending: bool, // throttled, still running until it returns to user space
 }
@@ -310,6 +311,7 @@ impl Sim {
                 woke_at: None,
                 sleep_start: 0,
                 trace_idx: 0,
+                trace_due: 0,
                 request_arrival: 0,
                 throttle_pending: false,
             })
@@ -1048,6 +1050,9 @@ impl Sim {
             State::Sleeping => {}
             _ => return,
         }
+        if self.threads[t].state == State::NotStarted {
+            self.threads[t].trace_due = self.now;
+        }
         if let Some(w) = self.next_burst(t) {
             self.threads[t].work_left = w;
         }
@@ -1070,9 +1075,14 @@ impl Sim {
                 self.sleep(t, Some(d));
             }
             Behavior::Sleeper { sleep_ns, .. } => self.sleep(t, Some(*sleep_ns)),
-            Behavior::Trace { intervals, repeat } => {
+            Behavior::Trace { intervals, repeat, paced } => {
                 let idx = self.threads[t].trace_idx;
-                let sleep = intervals[idx].1;
+                let mut sleep = intervals[idx].1;
+                if *paced {
+                    let due = self.threads[t].trace_due + intervals[idx].0 + intervals[idx].1;
+                    self.threads[t].trace_due = due;
+                    sleep = (due - self.now).max(0);
+                }
                 let next = idx + 1;
                 if next == intervals.len() && !*repeat {
                     self.stop(t);
