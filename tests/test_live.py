@@ -260,3 +260,31 @@ def test_pooled_threads_do_the_same_work() -> None:
     assert pool[0] == pool[1]
     assert [(round(r), round(s)) for r, s in pool[0]] == [(10000, 0), (6000, 4000), (0, 10000)]
     assert sum(r for ivs in pool.values() for r, _ in ivs) == 32000
+
+
+def test_episodes_are_due_when_the_work_began_and_span_the_throttled_time() -> None:
+    """Thread 1 wakes 4 ms into the first step, waits 1 ms, runs 5 ms, 1 ms in the second step,
+    is throttled (neither running nor waiting) for the third, which the group's throttled time
+    covers, runs 5 ms more and sleeps: one episode of 11 ms due at 4 ms. Thread 2 runs 2 ms at
+    the end of the first step, sleeps through steps the group was not throttled in, runs 3 ms at
+    the end of the fourth: two episodes."""
+    rec = ThreadRecorder([1, 2], ncpu=2)
+    steps = [(i * 0.01, (i + 1) * 0.01) for i in range(6)]
+    rec.spent = {1: [(a, b, r, w) for (a, b), (r, w) in zip(steps, [(5000, 1000), (1000, 0), (0, 0), (5000, 0),
+                                                                    (0, 0), (0, 0)], strict=True)],
+                 2: [(a, b, r, w) for (a, b), (r, w) in zip(steps, [(2000, 0), (0, 0), (0, 0), (3000, 0),
+                                                                    (0, 0), (0, 0)], strict=True)]}  # fmt: skip
+    rec.throttled = [(0.03, 0.04, 20000.0)]  # counted at step 3's unthrottle: 10 ms on each of 2 CPUs
+    eps = rec.episodes()
+    assert [(round(r), round(s)) for r, s in eps[1]] == [(0, 4000), (11000, 45000)]
+    # thread 2: step 0's 2 ms began at 8 ms (it ends with the step); step 1 is idle and not
+    # throttled (the throttled time reaches back from 30 ms by 10 ms, to 20 ms), so it slept
+    assert [(round(r), round(s)) for r, s in eps[2]] == [(0, 8000), (2000, 27000), (3000, 20000)]
+
+
+def test_episodes_of_a_thread_that_never_sleeps_are_one_run() -> None:
+    """A CPU-bound thread, throttled for the third step: one episode, its work what it ran."""
+    rec = ThreadRecorder([1], ncpu=1)
+    rec.spent = {1: [(i * 0.01, (i + 1) * 0.01, 0.0 if i == 2 else 10000.0, 0.0) for i in range(4)]}
+    rec.throttled = [(0.03, 0.04, 10000.0)]
+    assert rec.episodes() == {1: [(30000.0, 10000.0)]}

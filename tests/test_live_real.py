@@ -25,7 +25,7 @@ from pathlib import Path
 
 from bwlab import cgroup, cpustat
 from bwlab.targets.host import kernel_hz
-from bwlab.workloads import programs
+from bwlab.workloads import programs, wakelat
 
 from conftest import REPO, bwlab, needs_root, running_in_group, started_in
 
@@ -106,13 +106,12 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     """The `burst` scenario's shape (wakelat: Poisson 50 ms requests at 12.5 per CPU per second,
     15 workers per CPU, quota 0.875 x CPUs per 100 ms): over-use in its peaks while its average
     stays below the quota. doctor says so (cause "bursty"), sizes a burst from what it leaves
-    unused, and predicts throttling as it is and with that burst; the same arrivals replayed
-    with the burst applied by tune lose the share of their throttling the replay predicted.
+    unused, and predicts throttling as it is and with that burst, each within the issue's
+    tolerance of what is measured, as it is and after tune applied the burst.
 
-    The same arrivals (wakelat -R): what a burst does to bursts depends on which bursts come
-    (host, 50 ms burst: seed 1 31 -> 10 %, seed 2 27 -> 2.5 %, each the same on a rerun;
-    docs/live.md), so measuring the tuned group on other arrivals than the prediction's
-    missed it by up to 19 points."""
+    The same arrivals both times (wakelat -R): what a burst does to bursts depends on which
+    bursts come (host, 50 ms burst: seed 1 31 -> 10 %, seed 2 27 -> 2.5 %, each the same on a
+    rerun; docs/live.md)."""
     period, quota = 100_000, round(0.875 * NCPU * 100_000)
     argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", str(15 * NCPU), "-r", f"{12.5 * NCPU:g}", "-p",
             "-R", "7", "-c", "50000", "-S", "100", "-d", "600"]  # fmt: skip
@@ -126,30 +125,68 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         burst = diag["recommended_burst_us"]
         assert isinstance(burst, int) and 0 < burst <= quota
         predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
-        measured = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
-        # as it is: the replay of the same run has missed the measurement by up to 17 points
-        # (CI: 36.9 % measured, 19.4 % predicted; docs/live.md): asserted is what the advice
-        # rests on, that both see throttling and the replay predicts the burst to remove most
-        assert measured > 0 and predicted["as it is"] > 0, (measured, predicted)
-        assert predicted[f"burst {burst} us"] <= 0.5 * predicted["as it is"], predicted
-        as_is = measured
+        as_is = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
         env = {"BWLAB_CACHE": str(tmp_path)}
         assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
         with started_in(grp, argv):
             time.sleep(1)
-            tuned = doctor(grp, 20, "--no-predict")
-        measured = 100 * int(tuned["throttled"]) / int(tuned["periods"])  # type: ignore[call-overload]
-        print(f"bursty: as it is {doc['throttled']}/{doc['periods']} (predicted {predicted['as it is']:.1f} %), "
-              f"burst {burst} us {tuned['throttled']}/{tuned['periods']} "
-              f"(predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
-        # replayed on the same arrivals, the tuned group is stable (host, 3 runs: as it is 32-34 %,
-        # tuned 11-12 %), and the replay gets the burst's effect right but not the level: it
-        # under-counts these bursts as they are (19-21 %) and tuned (5-8 %), by the same factor
-        # (docs/live.md). Asserted: the burst removes most of the throttling, by the share the
-        # replay predicted, within 0.15.
-        assert measured <= 0.5 * as_is, (as_is, measured)
-        share = predicted[f"burst {burst} us"] / predicted["as it is"]
-        assert abs(measured / as_is - share) <= 0.15, (as_is, measured, predicted)
+            tuned_doc = doctor(grp, 20, "--no-predict")
+        tuned = 100 * int(tuned_doc["throttled"]) / int(tuned_doc["periods"])  # type: ignore[call-overload]
+        print(f"bursty: as it is {as_is:.1f} % (predicted {predicted['as it is']:.1f} %), burst {burst} us "
+              f"{tuned:.1f} % (predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
+        # the issue's tolerance: 20 % of the measured share, or 3 points below 15 % (host, 2026-11-24:
+        # as it is 33.7 % measured, 35.5 predicted; tuned about 12.5 measured, 14.1 predicted)
+        assert abs(predicted["as it is"] - as_is) <= max(3.0, 0.2 * as_is), (as_is, predicted)
+        assert abs(predicted[f"burst {burst} us"] - tuned) <= max(3.0, 0.2 * tuned), (tuned, predicted)
+        assert tuned <= 0.5 * as_is, (as_is, tuned)
+
+
+def _replay(tmp_path: Path, trace: list[dict[str, int]], quota: int, burst: int, seconds: float) -> list[float]:
+    """Throttled periods (%) of the simulator replaying a paced trace at the burst scenario's
+    period, five seeds."""
+    (tmp_path / "requests.jsonl").write_text("".join(json.dumps(line) + "\n" for line in trace))
+    scenario_file = tmp_path / f"replay-{burst}.toml"
+    scenario_file.write_text(f'name = "replay"\nrepetitions = 5\nduration_s = {seconds:g}\n'
+                             f"[cgroup]\nperiod_us = 100000\nquota_cpus = {quota / 100_000!r}\nburst_us = {burst}\n"
+                             '[workload]\nkind = "trace"\nfile = "requests.jsonl"\n'
+                             "repeat = false\npaced = true\n")  # fmt: skip
+    out = tmp_path / f"out-{burst}"
+    proc = bwlab("run", str(scenario_file), "--target", "sim", "--vcpus", str(NCPU), "--out", str(out), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((out / "replay-sim-mainline.json").read_text())
+    return [float(r["metrics"]["throttled_pct"]) for r in doc["cases"][0]["reps"]]
+
+
+def test_the_simulator_predicts_bursts_from_their_requests(tmp_path: Path) -> None:
+    """The burst scenario's shape run with seeded arrivals, as it is and with a 0.25 x CPUs x
+    period burst: the simulator, given the same requests (wakelat -A) due when they arrive,
+    predicts the throttled periods of each within the issue's tolerance (20 % of the measured
+    share, or 3 points below 15 %). Host 6.18, 4 seeds, 2026-11-24: measured 31.7/29.1/31.7/
+    33.7 %, replayed 31.7/30.5/30.5/32.7; with a 50 ms burst 10.6/1.5/8.5/12.4, replayed
+    10.9/3.9/5.8/12.4 (docs/live.md). What the simulator is asked here is the what-if's
+    question without the recording's error: doctor's replay estimates the requests from
+    counters."""
+    period, quota, seconds, skip = 100_000, round(0.875 * NCPU * 100_000), 20.0, 1.0
+    workers, burn = 15 * NCPU, 50_000
+    argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", str(workers), "-r", f"{12.5 * NCPU:g}", "-p", "-R", "1",
+            "-c", str(burn), "-S", "100", "-d", "600"]  # fmt: skip
+    arrivals = subprocess.run([*argv[:-2], "-d", str(seconds + skip + 1), "-A"], capture_output=True, text=True,
+                              timeout=30, check=True).stdout  # fmt: skip
+    hier = cgroup.detect()
+    for burst in (0, round(0.25 * NCPU * period)):
+        with hier.group(cgroup.unique_name("seeded"), period, quota, burst, None) as grp, started_in(grp, argv):
+            started = time.monotonic()
+            time.sleep(skip)
+            before = grp.read_stat()
+            skip_s = time.monotonic() - started
+            time.sleep(seconds)
+            d = cpustat.delta(before, grp.read_stat())
+        measured = 100 * d["nr_throttled"] / d["nr_periods"]
+        replayed = _replay(tmp_path, wakelat.requests_trace(arrivals, workers, burn, skip_s), quota, burst, seconds)
+        predicted = sum(replayed) / len(replayed)
+        print(f"seeded bursts, burst {burst} us: measured {measured:.1f} % of {d['nr_periods']} periods, "
+              f"replayed {predicted:.1f} % {[round(v, 1) for v in replayed]}")  # fmt: skip
+        assert abs(predicted - measured) <= max(3.0, 0.2 * measured), (burst, measured, replayed)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], expected: str) -> None:

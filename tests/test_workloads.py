@@ -11,8 +11,9 @@ from pathlib import Path
 
 import pytest
 
+from bwlab.errors import BwlabError
 from bwlab.stats import percentile
-from bwlab.workloads import programs
+from bwlab.workloads import programs, wakelat
 
 
 @pytest.fixture(scope="module")
@@ -297,7 +298,6 @@ def test_picks_rejects_bad_args(bindir: Path, args: list[str]) -> None:
 
 
 def test_picks_output_that_is_not_its_document_is_an_error() -> None:
-    from bwlab.errors import BwlabError
     from bwlab.workloads import get
     from bwlab.workloads.base import Resolved
 
@@ -319,3 +319,26 @@ def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
     assert {posted(6), posted(7)} != {first}
     proc = subprocess.run([str(bindir / "wakelat"), "-R", "0"], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""
+
+
+def test_wakelat_prints_the_arrivals_a_seeded_run_posts(bindir: Path) -> None:
+    """-A prints a seeded run's arrivals without running it: as many as the run posts in the
+    same time (give or take the one at the end), the same for the same seed, and a paced trace
+    of them holds each request once."""
+    args = [str(bindir / "wakelat"), "-m", "1", "-t", "4", "-r", "200", "-p", "-c", "10", "-R", "5", "-d", "1"]
+    printed = subprocess.run([*args, "-A"], capture_output=True, text=True, timeout=30, check=True).stdout
+    times = [int(line.split()[1]) for line in printed.splitlines()]
+    assert times == sorted(times) and 0 < times[0] and times[-1] < 1e9
+    assert printed == subprocess.run([*args, "-A"], capture_output=True, text=True, timeout=30, check=True).stdout
+    run = subprocess.run(args, capture_output=True, text=True, timeout=30, check=True)
+    assert abs(int(json.loads(run.stdout.strip().splitlines()[-1])["posted"]) - len(times)) <= 1
+    trace = wakelat.requests_trace(printed, 4, 10, skip_s=0.5)
+    later = [t for t in times if t >= 0.5e9]
+    assert sum(1 for line in trace if line["run_us"] == 10) == len(later)
+    assert {line["thread"] for line in trace} == {0, 1, 2, 3}
+    thread0 = [line for line in trace if line["thread"] == 0]
+    assert thread0[0] == {"run_us": 0, "sleep_us": round(later[0] / 1000 - 0.5e6), "thread": 0}
+    unseeded = subprocess.run([*args[:-4], "-A"], capture_output=True, text=True, timeout=30)
+    assert unseeded.returncode == 2 and "-A needs a rate (-r > 0) and a seed (-R)" in unseeded.stderr
+    with pytest.raises(BwlabError, match="line 1: expected 'MSG NS'"):
+        wakelat.requests_trace("x y\n", 4, 10)

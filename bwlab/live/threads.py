@@ -143,7 +143,7 @@ class ThreadRecorder:
                     if current is None:
                         current = [max(a, b - (run + wait) / 1e6), 0.0]
                     current[1] += run
-                elif current is not None and not any(x < b and y > a for x, y in stops):
+                elif current is not None and not any(min(b, y) - max(a, x) > 1e-6 for x, y in stops):
                     begun.append((current[0], current[1]))
                     current = None
             if current is not None:

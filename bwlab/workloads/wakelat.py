@@ -72,3 +72,30 @@ class Wakelat(WorkloadKind):
 
 
 KIND = Wakelat()
+
+
+def requests_trace(arrivals: str, workers: int, burn_us: int, skip_s: float = 0.0) -> list[dict[str, int]]:
+    """`wakelat -A`'s arrivals as a paced simulator trace (workload kind "trace", paced = true):
+    each request is `burn_us` of CPU due when it arrives, on the workers in turn (a worker is
+    posted every `workers`-th request, long after its last one ended at the rates used here),
+    from `skip_s` seconds after the start on. What a replay of a seeded run's requests needs."""
+    times: list[float] = []
+    for n, line in enumerate(arrivals.splitlines(), 1):
+        parts = line.split()
+        if len(parts) != 2 or not all(p.isdigit() for p in parts):
+            raise BwlabError(f"wakelat -A output line {n}: expected 'MSG NS', got {line!r}")
+        t_us = int(parts[1]) / 1000 - skip_s * 1e6
+        if t_us >= 0:
+            times.append(t_us)
+    if workers < 1 or not times:
+        raise BwlabError("no arrivals to replay" if workers >= 1 else f"workers = {workers}: expected at least 1")
+    times.sort()
+    lines: list[dict[str, int]] = []
+    for w in range(workers):
+        mine = times[w::workers]
+        if not mine:
+            continue
+        lines.append({"run_us": 0, "sleep_us": round(mine[0]), "thread": w})
+        for due, following in zip(mine, [*mine[1:], mine[-1] + burn_us], strict=True):
+            lines.append({"run_us": burn_us, "sleep_us": max(0, round(following - due) - burn_us), "thread": w})
+    return [line for line in lines if line["run_us"] or line["sleep_us"]]

@@ -159,3 +159,34 @@ fn an_overdue_refill_comes_after_the_old_pool_is_used() {
         out.events
     );
 }
+
+fn traced(paced: bool) -> bwlab_sim::Output {
+    // one CPU, 60 ms of quota per 100 ms; a 70 ms run (throttled at 60 ms, done at 110 ms) due
+    // at 0, then 10 ms runs due every 100 ms from 100 ms on (the first after a 30 ms sleep)
+    run(&format!(
+        r#"{{"ncpu":1,"hz":1000,"duration_ns":{},
+          "groups":[{{"name":"g","period_ns":{},"quota_ns":{},"timer_expires_ns":0}}],
+          "threads":[{{"group":0,"behavior":{{"type":"trace","paced":{paced},
+            "intervals":[[{},{}],[{},{}],[{},{}]]}}}}]}}"#,
+        130 * MS,
+        100 * MS,
+        60 * MS,
+        70 * MS,
+        30 * MS,
+        10 * MS,
+        90 * MS,
+        10 * MS,
+        90 * MS
+    ))
+}
+
+#[test]
+fn a_paced_trace_runs_delayed_work_at_once() {
+    // closed: the delayed run is followed by its whole 30 ms sleep (the next run at 140 ms, after
+    // this 130 ms run ends); paced: the next run was due at 100 ms, so it starts at 110 ms
+    let (closed, paced) = (traced(false), traced(true));
+    let (c, p) = (closed.groups[0].usage_ns, paced.groups[0].usage_ns);
+    assert!((69 * MS..=72 * MS).contains(&c), "closed used {c} ns");
+    assert!((79 * MS..=82 * MS).contains(&p), "paced used {p} ns");
+    assert!(closed.groups[0].nr_throttled >= 1 && paced.groups[0].nr_throttled >= 1);
+}
