@@ -27,7 +27,10 @@ TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysct
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes", "noise_s"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "cpus", "depth"}
-SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}}
+# rewrite: cpu.max written again with its value (cgwrite); sample: the group's counters read
+# every interval for the per-period detector (cgsample -> bwlab/periods.py: below_quota_pct)
+SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}, "sample": {"enabled", "interval_ms"}}
+SIDE_INTERVAL_MS = {"rewrite": 100, "sample": 1}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 MIN_QUOTA_US = 1000  # the kernel refuses a smaller cpu.max quota (and period)
 MAX_CASES = 10_000  # a matrix larger than this is refused with its size, not expanded
@@ -242,7 +245,7 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
                            f"(known: {', '.join(sorted(SIDE_KEYS[sname]))})", key, f"side.{sname}")  # fmt: skip
         if not isinstance(sval.get("enabled", True), bool):
             raise _err(p, t, f"[side.{sname}] enabled must be true or false", "enabled", f"side.{sname}")
-        need_int(f"side.{sname}", "interval_ms", sval.get("interval_ms", 100), 1, 60000)
+        need_int(f"side.{sname}", "interval_ms", sval.get("interval_ms", SIDE_INTERVAL_MS[sname]), 1, 60000)
 
 
 def _set_path(data: dict[str, Any], dotted: str) -> tuple[dict[str, Any], str]:
@@ -429,12 +432,13 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     resolved = Resolved(kind=plugin.name, values=values)
     argv = plugin.argv(resolved, ncpu, duration) if plugin.runs_on_real else (plugin.name,)
     sides = tuple(
-        SideAction(kind=name, interval_us=int(s.get("interval_ms", 100)) * 1000)
+        SideAction(kind=name, interval_us=int(s.get("interval_ms", SIDE_INTERVAL_MS[name])) * 1000)
         for name, s in sorted(data.get("side", {}).items())
         if s.get("enabled", True)
     )
-    if any(s.kind == "rewrite" for s in sides) and quota is None:
-        raise BwlabError(f"{where}: side.rewrite needs a quota (quota_cpus is 'max')")
+    for kind in ("rewrite", "sample"):
+        if any(s.kind == kind for s in sides) and quota is None:
+            raise BwlabError(f"{where}: side.{kind} needs a quota (quota_cpus is 'max')")
     return RunSpec(
         scenario=sc.name, case=case, params=params, ncpu=ncpu, period_us=period, quota_us=quota,
         burst_us=burst, cpus=cpus,

@@ -15,9 +15,10 @@ import pytest
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from bwlab import periods
 from bwlab.commands.exporter import parse_listen
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, exporter, periods
+from bwlab.live import diagnose, exporter
 from bwlab.live.groups import Hierarchy
 
 POD = "0b9c3c2e-4b8f-4c9e-9a53-2f3c4d5e6f70"
@@ -102,8 +103,9 @@ def test_max_hot_caps_the_groups_sampled_finely(tmp_path: Path) -> None:
 def test_verdicts_become_counters() -> None:
     """Two periods below quota and one at, each throttled 1 ms; the debt is the usage beyond
     the quota in throttled periods."""
-    from bwlab.live.groups import Limit, LiveGroup
+    from bwlab.live.groups import LiveGroup
     from bwlab.live.identity import identify
+    from bwlab.periods import Limit
 
     limit = Limit(20000, 10000)
     group = LiveGroup(f"/kubepods/pod{POD}", Hierarchy(2, Path("/nonexistent")), limit, limit,

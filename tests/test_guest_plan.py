@@ -13,7 +13,7 @@ from bwlab.errors import BwlabError
 from bwlab.kernel.build import KernelImage
 from bwlab.targets import qemu
 from bwlab.targets.base import RawRep, case_docs
-from bwlab.targets.plan import parse_records, render_plan
+from bwlab.targets.plan import Layout, parse_records, render_plan
 
 TESTS = Path(__file__).resolve().parent
 
@@ -250,3 +250,16 @@ def test_several_scenarios_split_into_their_own_records() -> None:
 RECORD = ("BWLAB-BEGIN {0} {1}\nBWLAB-SECTION stat_before\nusage_usec 0\nBWLAB-SECTION t0\n1.0 0\n"
           "BWLAB-SECTION t1\n2.0 0\nBWLAB-SECTION stat_after\nusage_usec 5\nBWLAB-SECTION rc\n0\n"
           "BWLAB-END {0} {1}\n")  # fmt: skip
+
+
+def test_the_sample_side_action_reads_the_groups_counters() -> None:
+    """[side.sample]: cgsample beside the workload, on v2 cpu.stat alone, on v1 cpu.stat and
+    cpuacct.usage, every interval_ms (1 by default), stopped after the workload."""
+    specs = scenario.load(scenario.builtin_path("below-quota")).resolve(2)
+    plan = render_plan(specs)
+    line = "/bin/cgsample /sys/fs/cgroup/bwlab-0-0/cpu.stat - 1000 > /tmp/side0 2>&1 & SIDE0=$!"
+    assert plan.index(line) < plan.index("echo 'BWLAB-BEGIN 0 0' >&3") < plan.index("kill $SIDE0; wait $SIDE0")
+    v1 = render_plan(specs, layout=Layout(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct"))
+    assert ("/bin/cgsample /sys/fs/cgroup/cpu/bwlab-1-2/cpu.stat /sys/fs/cgroup/cpuacct/bwlab-1-2/cpuacct.usage 1000"
+            in v1)  # fmt: skip
+    assert "cgwrite" not in plan

@@ -11,11 +11,10 @@ import pytest
 
 from bwlab.errors import BwlabError
 from bwlab.live import ebpf, groups
-from bwlab.live.groups import Hierarchy, Limit
+from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
-from bwlab.live.periods import analyze, boundary_intervals, fit_phase
-from bwlab.live.sampler import Sample
 from bwlab.live.threads import ThreadRecorder
+from bwlab.periods import Limit, Sample, analyze, boundary_intervals, fit_phase
 
 CID = "4f0c1b2a" * 8
 UID = "0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"

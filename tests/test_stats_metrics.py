@@ -196,3 +196,46 @@ def test_a_failed_noise_probe_fails_the_run(tmp_path: Path) -> None:
     with pytest.raises(BwlabError, match=r"r.json: the noise probe failed: noise output is not its JSON document"):
         base.check_run([], meta, tmp_path / "r.json")
     base.check_run([], {"noise": base.machine_noise([])}, tmp_path / "r.json")  # no probe: nothing to fail
+
+
+def sampler_text(periods: int, used_us: int, stopped_us: int, every: int = 1) -> str:
+    """cgsample's output for a group with 10 ms periods on 2 CPUs, sampled every ms, period
+    boundaries at 10 ms + 0.5 ms: each period it uses `used_us` and every `every`-th period it
+    is throttled for `stopped_us` (counted at the boundary)."""
+    lines = ["cgsample 1000"]
+    nr, thr, thr_us, usage = 0, 0, 0, 0
+    for ms in range(periods * 10 + 1):
+        if ms and ms % 10 == 1:  # the boundary at ms - 0.5 passed
+            nr += 1
+            if nr % every == 0:
+                thr, thr_us = thr + 1, thr_us + stopped_us
+        lines.append(f"{ms * 1_000_000} {nr} {thr} {thr_us * 1000} {usage * 1000} 0")
+        usage += used_us // 10
+    return "\n".join(lines) + "\n"
+
+
+def test_sampled_periods_below_and_at_quota() -> None:
+    """The sample side action's counters read by the per-period detector: a group throttled
+    every other period for 1 ms of a CPU after using 19 ms of its 20 (demand 20 ms, its quota:
+    below); one with half the quota that used its 10 ms and was stopped for 10 ms more (both
+    CPUs for half the period: twice its quota, at)."""
+    below = dict(base.sampled_metrics(sampler_text(40, 19000, 1000, every=2), spec()))
+    assert below["sampled_periods"] >= 35 and below["below_quota_share"] == 1.0
+    assert below["below_quota_pct"] == pytest.approx(50, abs=4)
+    at = base.sampled_metrics(sampler_text(40, 10000, 10000), spec(quota=10000))
+    assert at["below_quota_share"] == 0.0 and at["below_quota_pct"] == 0.0
+    calm = base.sampled_metrics(sampler_text(40, 10000, 0, every=10**6), spec())
+    assert "below_quota_share" not in calm and calm["below_quota_pct"] == 0.0
+
+
+def test_sampler_output_and_metrics_in_a_rep() -> None:
+    raw = base.RawRep("nr_periods 0\nnr_throttled 0\nusage_usec 0\n", "nr_periods 40\nnr_throttled 20\nusage_usec 1\n",
+                      0.4, 0, SYSBENCH, sides=[sampler_text(40, 19000, 1000, every=2)])  # fmt: skip
+    m, _ = base.rep_metrics(spec(), raw)
+    assert m["below_quota_share"] == 1.0 and m["sampled_periods"] >= 35
+    docs = base.case_docs([spec()], {(0, 0): raw})
+    assert docs[0]["reps"][0]["raw"]["sides"] == ["cgsample 1000 (401 samples, left out)"]
+    with pytest.raises(BwlabError, match="does not start with its header"):
+        base.parse_sampler("1 2 3 4 5 6\n")
+    with pytest.raises(BwlabError, match="line 3 is not 6 numbers"):
+        base.parse_sampler("cgsample 1000\n1 2 3 4 5 6\n1 2 x\n")

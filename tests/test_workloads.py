@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import random
 import signal
@@ -342,3 +343,34 @@ def test_wakelat_prints_the_arrivals_a_seeded_run_posts(bindir: Path) -> None:
     assert unseeded.returncode == 2 and "-A needs a rate (-r > 0) and a seed (-R)" in unseeded.stderr
     with pytest.raises(BwlabError, match="line 1: expected 'MSG NS'"):
         wakelat.requests_trace("x y\n", 4, 10)
+
+
+def test_cgsample_reads_v1_and_v2_counters_until_stopped(bindir: Path, tmp_path: Path) -> None:
+    """cgsample on counter files made here (the lab's real tests run it beside real groups):
+    v2's cpu.stat (usage_usec, throttled_usec) and v1's (throttled_time ns) with cpuacct.usage,
+    one sample a millisecond until SIGTERM, then its header and the samples in ns."""
+    v2 = tmp_path / "v2.stat"
+    v2.write_text("usage_usec 1500\nuser_usec 1000\nnr_periods 7\nnr_throttled 3\nthrottled_usec 250\nnr_bursts 1\n")
+    v1, usage = tmp_path / "v1.stat", tmp_path / "cpuacct.usage"
+    v1.write_text("nr_periods 9\nnr_throttled 4\nthrottled_time 123456\n")
+    usage.write_text("987654321\n")
+    cases = [(v2, "-", (7, 3, 250_000, 1_500_000, 1)), (v1, str(usage), (9, 4, 123456, 987654321, 0))]
+    for stat, usage_arg, expected in cases:
+        proc = subprocess.Popen([str(bindir / "cgsample"), str(stat), usage_arg, "1000"], stdout=subprocess.PIPE,
+                                text=True)  # fmt: skip
+        time.sleep(0.2)
+        proc.send_signal(signal.SIGTERM)
+        out, _ = proc.communicate(timeout=10)
+        assert proc.returncode == 0
+        lines = out.splitlines()
+        assert lines[0] == "cgsample 1000" and 100 <= len(lines) - 1 <= 260, len(lines)
+        rows = [tuple(map(int, line.split())) for line in lines[1:]]
+        assert all(row[1:] == expected for row in rows)
+        gaps = [b[0] - a[0] for a, b in itertools.pairwise(rows)]
+        assert sorted(gaps)[len(gaps) // 2] == pytest.approx(1_000_000, rel=0.2)  # the median step: 1 ms
+    (tmp_path / "none.stat").write_text("usage_usec 5\n")
+    for args, message in (([str(tmp_path / "missing"), "-", "1000"], "No such file"),
+                          ([str(tmp_path / "none.stat"), "-", "1000"], "has no bandwidth counters"),
+                          ([str(v2), "-", "10"], "invalid interval")):  # fmt: skip
+        proc2 = subprocess.run([str(bindir / "cgsample"), *args], capture_output=True, text=True, timeout=10)
+        assert proc2.returncode in (1, 2) and message in proc2.stderr and proc2.stdout == "", proc2.stderr

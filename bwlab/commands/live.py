@@ -20,9 +20,11 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
+from bwlab import periods
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, periods, plot, sampler, threads, tune, whatif, window
-from bwlab.live.groups import Limit, LiveGroup
+from bwlab.live import diagnose, ebpf, groups, plot, sampler, threads, tune, whatif, window
+from bwlab.live.groups import LiveGroup
+from bwlab.periods import Limit, Sample
 from bwlab.progress import console
 
 # Per-thread demand is read every period (at least every 5 ms): the group's throttled time,
@@ -77,7 +79,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     step = min(THREAD_STEP_MAX_S, max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6 / 2))
     every = max(1, round(step / interval_s))
 
-    def on_sample(index: int, parse: Callable[[], sampler.Sample]) -> None:
+    def on_sample(index: int, parse: Callable[[], Sample]) -> None:
         if index % every == 0:
             s = parse()
             recorder.step(s.t, s.throttled_us)
@@ -284,7 +286,7 @@ def cmd_top(args: argparse.Namespace) -> int:
     if args.iterations is not None and args.iterations < 1:
         raise BwlabError(f"--iterations {args.iterations}: expected at least 1")
     hier = groups.hierarchy()
-    readers: dict[str, tuple[LiveGroup, sampler.Reader, sampler.Sample]] = {}
+    readers: dict[str, tuple[LiveGroup, sampler.Reader, Sample]] = {}
 
     found: dict[str, LiveGroup] = {}
     rounds = 0

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bwlab.live.groups import LiveGroup
-from bwlab.live.periods import Analysis
 from bwlab.paths import sysctl_path
+from bwlab.periods import Analysis
 from bwlab.targets.host import kernel_hz
 
 # over-use in some periods while the average is at most this share of the quota: bursty

@@ -32,8 +32,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from bwlab import periods
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, periods, sampler, threads
+from bwlab.live import diagnose, groups, sampler, threads
 from bwlab.live.groups import Hierarchy, LiveGroup
 
 HOT_S = 10.0  # a group that throttled is watched at period resolution at least this long

@@ -17,25 +17,7 @@ from pathlib import Path
 from bwlab import cgroup
 from bwlab.errors import BwlabError
 from bwlab.live.identity import Identity, identify
-
-
-@dataclass(frozen=True)
-class Limit:
-    """A group's bandwidth: quota per period (None: unlimited) and burst, in microseconds."""
-
-    quota_us: int | None
-    period_us: int
-    burst_us: int = 0
-
-    @property
-    def cpus(self) -> float | None:
-        return None if self.quota_us is None else self.quota_us / self.period_us
-
-    def describe(self) -> str:
-        if self.quota_us is None:
-            return "unlimited"
-        burst = f", burst {self.burst_us / 1000:g} ms" if self.burst_us else ""
-        return f"{self.cpus:.2f} CPUs ({self.quota_us / 1000:g} ms per {self.period_us / 1000:g} ms{burst})"
+from bwlab.periods import Limit
 
 
 @dataclass(frozen=True)

@@ -13,7 +13,7 @@ from matplotlib.artist import Artist
 from matplotlib.lines import Line2D
 from matplotlib.patches import Rectangle
 
-from bwlab.live.periods import Analysis
+from bwlab.periods import Analysis
 
 COLOURS = {"below": "tab:orange", "at": "tab:red", "": "tab:blue"}
 

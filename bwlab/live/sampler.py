@@ -8,23 +8,11 @@ import contextlib
 import os
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 
 from bwlab import cpustat
 from bwlab.errors import BwlabError
 from bwlab.live.groups import LiveGroup
-
-
-@dataclass(frozen=True)
-class Sample:
-    """The counters at monotonic time `t` (seconds); usage and throttled time in us."""
-
-    t: float
-    nr_periods: int
-    nr_throttled: int
-    throttled_us: float
-    usage_us: float
-    nr_bursts: int = 0
+from bwlab.periods import Sample
 
 
 class Reader:

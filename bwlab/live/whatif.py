@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from bwlab import scenario
-from bwlab.live.groups import Limit
+from bwlab.periods import Limit
 from bwlab.stats import mean_sd
 from bwlab.targets import sim
 

@@ -8,9 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bwlab.live.groups import Limit
-from bwlab.live.periods import SLACK
-from bwlab.live.sampler import Sample
+from bwlab.periods import SLACK, Limit, Sample
 
 
 @dataclass(frozen=True)

@@ -9,16 +9,16 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bwlab import cpustat, results
+from bwlab import cpustat, periods, results
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest
 from bwlab.scenario import RunSpec, Scenario
 from bwlab.workloads import noise
 from bwlab.workloads.base import json_doc
 
-# Besides a workload kind's programs, every target that runs the plan carries the rewrite side
-# action's writer and the noise probe.
-LAB_PROGRAMS = ("cgwrite", "noise")
+# Besides a workload kind's programs, every target that runs the plan carries the side actions'
+# programs (cgwrite, cgsample) and the noise probe.
+LAB_PROGRAMS = ("cgwrite", "cgsample", "noise")
 
 
 class Target(Protocol):
@@ -112,7 +112,45 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
         if match:
             out["rewrites"] = float(match.group(1))
             out["rewrite_errors"] = float(match.group(2))
+        if side.startswith(SAMPLER_HEADER):
+            out.update(sampled_metrics(side, spec))
     return out, samples
+
+
+SAMPLER_HEADER = "cgsample "
+
+
+def parse_sampler(text: str) -> tuple[float, list[periods.Sample]]:
+    """cgsample's output: its interval (s) and samples (monotonic s, counters, us)."""
+    lines = text.strip().splitlines()
+    head = lines[0].split() if lines else []
+    if len(head) != 2 or head[0] != SAMPLER_HEADER.strip() or not head[1].isdigit():
+        raise BwlabError(f"the sample side action's output does not start with its header: {text[:80]!r}")
+    out = []
+    for n, line in enumerate(lines[1:], 2):
+        fields = line.split()
+        if len(fields) != 6 or not all(f.lstrip("-").isdigit() for f in fields):
+            raise BwlabError(f"the sample side action's line {n} is not 6 numbers: {line[:80]!r}")
+        t, nr_periods, nr_throttled, throttled_ns, usage_ns, nr_bursts = map(int, fields)
+        out.append(periods.Sample(t / 1e9, nr_periods, nr_throttled, throttled_ns / 1000, usage_ns / 1000, nr_bursts))
+    return int(head[1]) / 1e6, out
+
+
+def sampled_metrics(text: str, spec: RunSpec) -> dict[str, float]:
+    """The per-period detector (bwlab/periods.py) on the sample side action's counters: the
+    periods it saw, and of them the throttled ones below quota (unnecessary), as a share of
+    the periods and of the throttled ones."""
+    interval_s, samples = parse_sampler(text)
+    lo, _, hi = (spec.cpus or "").partition("-")
+    cpus = spec.ncpu if spec.cpus is None else int(hi or lo) - int(lo) + 1  # scenario.py writes "0" or "0-N"
+    analysis = periods.analyze(samples, periods.Limit(spec.quota_us, spec.period_us, spec.burst_us), interval_s,
+                               cpus)  # fmt: skip
+    out = {"sampled_periods": float(analysis.total)}
+    if analysis.total:
+        out["below_quota_pct"] = 100 * analysis.below / analysis.total
+    if analysis.throttled:
+        out["below_quota_share"] = analysis.below / analysis.throttled
+    return out
 
 
 def stdout_without_samples(stdout: str) -> str:
@@ -145,6 +183,10 @@ def case_docs(specs: list[RunSpec], raws: Mapping[tuple[int, int], RawRep | str]
             if samples:
                 entry["samples_us"] = samples
             raw_doc = raw.to_json()
+            # the sampler's counters are many (a line a millisecond): its metrics stand for them
+            raw_doc["sides"] = [s if not s.startswith(SAMPLER_HEADER) else
+                                f"{s.splitlines()[0]} ({len(s.splitlines()) - 1} samples, left out)"
+                                for s in raw.sides]  # fmt: skip
             if samples:
                 raw_doc["stdout"] = stdout_without_samples(raw_doc.get("stdout", ""))
             entry["raw"] = raw_doc

@@ -51,7 +51,8 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
     """One repetition: fresh group, side actions, workload inside, cpu.stat before/after."""
     argv0 = spec.workload.argv[0]
     program = str(spec.workload.files.get(argv0) or programs.resolve(argv0))
-    writer = programs.resolve("cgwrite") if spec.sides else None
+    writer = programs.resolve("cgwrite") if any(s.kind == "rewrite" for s in spec.sides) else None
+    sampler = programs.resolve("cgsample") if any(s.kind == "sample" for s in spec.sides) else None
     name = cgroup.unique_name(f"{spec.scenario}-{spec.case}-r{rep}")
     sides: list[subprocess.Popen[bytes]] = []
     with (
@@ -63,13 +64,15 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
         argv = [program, *spec.workload.args(str(grp.leaves[0]), rep)]
         try:
             for i, side in enumerate(spec.sides):
-                if side.kind != "rewrite" or writer is None:
+                if side.kind == "rewrite" and writer is not None:
+                    argv_side = [str(writer), str(grp.bandwidth_file), grp.bandwidth_value, str(side.interval_us)]
+                elif side.kind == "sample" and sampler is not None:
+                    argv_side = [str(sampler), str(grp.stat_file), str(grp.usage_file or "-"), str(side.interval_us)]
+                else:
                     raise BwlabError(f"side action {side.kind!r} is not supported on the host")
                 with (tmp / f"side{i}").open("wb") as out:
-                    sides.append(subprocess.Popen(
-                        [str(writer), str(grp.bandwidth_file), grp.bandwidth_value,
-                         str(side.interval_us)],
-                        stdout=out, stderr=subprocess.STDOUT, start_new_session=True))  # fmt: skip
+                    sides.append(subprocess.Popen(argv_side, stdout=out, stderr=subprocess.STDOUT,
+                                                  start_new_session=True))  # fmt: skip
             before = grp.read_stat()
             start = time.monotonic()
             with (tmp / "stdout").open("wb") as out, (tmp / "stderr").open("wb") as err:

@@ -59,6 +59,8 @@ class GroupShell:
     bandwidth_value: str
     stat: str
     dirs: list[str]
+    stat_file: str = ""  # cpu.stat, and v1's cpuacct.usage ("-" on v2): what cgsample reads
+    usage_file: str = "-"
 
 
 def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
@@ -79,7 +81,7 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
                 lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
             if spec.cpus is not None:
                 lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
-        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g])
+        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g], f"{g}/cpu.stat")
     if spec.cpus is not None and layout.cpuset is None:
         raise BwlabError(f"case {spec.case} asks for cpus but the machine has no v1 cpuset hierarchy")
     quota = str(spec.quota_us) if spec.quota_us is not None else "-1"
@@ -100,7 +102,8 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
     acct = layout.cpuacct or layout.cpu
     stat = f'{{ cat {layout.cpu}/{name}/cpu.stat; echo "cpuacct_usage_ns $(cat {acct}/{name}/cpuacct.usage)"; }}'
     return GroupShell(lines, leaves, f"{layout.cpu}/{name}/cpu.cfs_quota_us", quota, stat,
-                      [f"{root}/{name}" for root in roots])  # fmt: skip
+                      [f"{root}/{name}" for root in roots], f"{layout.cpu}/{name}/cpu.stat",
+                      f"{acct}/{name}/cpuacct.usage")  # fmt: skip
 
 
 def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout: Layout | None = None,
@@ -144,6 +147,10 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
             lines.append(f"# case {spec.case} rep {rep}")
             lines += grp.make
             for si, side in enumerate(spec.sides):
+                if side.kind == "sample":
+                    lines.append(f"{bin_dir}/cgsample {grp.stat_file} {grp.usage_file} {side.interval_us} "
+                                 f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
+                    continue
                 lines.append(f"{bin_dir}/cgwrite {grp.bandwidth_file} {q(grp.bandwidth_value)} {side.interval_us} "
                              f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
             program = program_path(spec.workload.argv[0], bin_dir)

@@ -274,6 +274,11 @@ COMMON_METRICS = (
     Metric("max_usage_per_quota_1", "max usage/quota, 1 period"),
     Metric("max_usage_per_quota_10", "max usage/quota, 10 periods"),
     Metric("max_usage_per_quota_100", "max usage/quota, 100 periods"),
+    # the sample side action (cgsample) read by the per-period detector (bwlab/periods.py): the
+    # share of periods throttled below quota (unnecessary), and of the throttled periods
+    Metric("below_quota_pct", "throttled below quota %"),
+    Metric("below_quota_share", "below-quota share of throttled"),
+    Metric("sampled_periods", "periods sampled"),
     # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
     Metric("unthrottle_aborts", "aborted unthrottles"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",

@@ -26,14 +26,42 @@ import bisect
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from bwlab.live.groups import Limit
-from bwlab.live.sampler import Sample
-
 # A throttled period is below quota when its demand (best estimate; its attribution error is
 # reported beside it) <= quota (+ burst) + this share of the quota. A throttle that lasts past
 # the period's end (a runqueue that still owes debt) is counted whole in the period it ends in;
 # at twice the quota every period is near 2 x.
 SLACK = 0.10
+
+
+@dataclass(frozen=True)
+class Limit:
+    """A group's bandwidth: quota per period (None: unlimited) and burst, in microseconds."""
+
+    quota_us: int | None
+    period_us: int
+    burst_us: int = 0
+
+    @property
+    def cpus(self) -> float | None:
+        return None if self.quota_us is None else self.quota_us / self.period_us
+
+    def describe(self) -> str:
+        if self.quota_us is None:
+            return "unlimited"
+        burst = f", burst {self.burst_us / 1000:g} ms" if self.burst_us else ""
+        return f"{self.cpus:.2f} CPUs ({self.quota_us / 1000:g} ms per {self.period_us / 1000:g} ms{burst})"
+
+
+@dataclass(frozen=True)
+class Sample:
+    """A group's counters at monotonic time `t` (seconds); usage and throttled time in us."""
+
+    t: float
+    nr_periods: int
+    nr_throttled: int
+    throttled_us: float
+    usage_us: float
+    nr_bursts: int = 0
 
 
 @dataclass(frozen=True)
