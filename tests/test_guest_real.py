@@ -189,3 +189,20 @@ def test_several_scenarios_in_one_boot(kernel_key: str, tmp_path: Path) -> None:
     assert all(r["metrics"]["p99_us"] > 0 for c in cg["cases"] for r in c["reps"])
     assert "exited 1" in bad["cases"][0]["reps"][0]["error"]
     assert t2["meta"]["elapsed_s"] == cg["meta"]["elapsed_s"]  # the same boot
+
+
+def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp_path: Path) -> None:
+    """The below-quota scenario in a 7.3.4 guest (cgroup v2, cgsample in its busybox): the
+    per-period detector calls the throttled periods at demand == quota below quota (>= 95 %)
+    and those at twice the quota over-use (>= 95 %), from v2's usage_usec and throttled_usec."""
+    proc = bwlab("run", "below-quota", "--target", "guest", "--kernel", kernel_key, "--reps", "2", "--out",
+                 str(tmp_path), timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "below-quota-guest-baseline.json").read_text())
+    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
+    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
+        for m in cases[case]:
+            assert m["sampled_periods"] >= 0.9 * m["nr_periods"] - 5, m
+            assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m
+            share = m["below_quota_share"]
+            assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)

@@ -213,3 +213,21 @@ def test_picks_runs_its_tasks_in_child_groups_on_one_cpu(tmp_path: Path) -> None
     # the tasks ran in the case's group (its usage counts them), all on one CPU
     assert 0.7 <= m["cpus_used"] <= 1.3, m["cpus_used"]
     assert set(bwlab_dirs()) == before
+
+
+def test_the_detector_knows_below_quota_from_over_use_on_v1(tmp_path: Path) -> None:
+    """The below-quota scenario on this host (cgroup v1): the sample side action's counters,
+    read by the per-period detector, call the throttled periods at demand == quota below
+    quota (>= 95 %) and those at twice the quota over-use (>= 95 %); the issue's precision and
+    recall on each known workload."""
+    proc = bwlab("run", "below-quota", "--target", "host", "--out", str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "below-quota-host.json").read_text())
+    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
+    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
+        for m in cases[case]:
+            assert m["sampled_periods"] >= 0.9 * m["nr_periods"] - 5, m  # every period after the first few
+            assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m  # ~50 % at demand == quota, ~100 % at twice
+            share = m["below_quota_share"]
+            assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
+    assert not bwlab_dirs()
