@@ -133,6 +133,13 @@ class ThreadRecorder:
         episodes due when they began, 31-36 % and 4.0-13.5 % (docs/live.md)."""
         cpus = max(1, self.ncpu)
         stops = [(a - us / 1e6 / cpus, b) for a, b, us in self.throttled]  # when the group sat throttled
+        stopped: dict[tuple[float, float], bool] = {}  # per step (every thread has the same steps)
+
+        def in_stop(a: float, b: float) -> bool:
+            if (a, b) not in stopped:
+                stopped[(a, b)] = any(min(b, y) - max(a, x) > 1e-6 for x, y in stops)
+            return stopped[(a, b)]
+
         start = min((s[0][0] for s in self.spent.values() if s), default=0.0)
         out: dict[int, list[tuple[float, float]]] = {}
         for tid, steps in self.spent.items():
@@ -143,7 +150,7 @@ class ThreadRecorder:
                     if current is None:
                         current = [max(a, b - (run + wait) / 1e6), 0.0]
                     current[1] += run
-                elif current is not None and not any(min(b, y) - max(a, x) > 1e-6 for x, y in stops):
+                elif current is not None and not in_stop(a, b):
                     begun.append((current[0], current[1]))
                     current = None
             if current is not None:
