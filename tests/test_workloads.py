@@ -369,8 +369,11 @@ def test_cgsample_reads_v1_and_v2_counters_until_stopped(bindir: Path, tmp_path:
         gaps = [b[0] - a[0] for a, b in itertools.pairwise(rows)]
         assert sorted(gaps)[len(gaps) // 2] == pytest.approx(1_000_000, rel=0.2)  # the median step: 1 ms
     (tmp_path / "none.stat").write_text("usage_usec 5\n")
-    for args, message in (([str(tmp_path / "missing"), "-", "1000"], "No such file"),
-                          ([str(tmp_path / "none.stat"), "-", "1000"], "has no bandwidth counters"),
-                          ([str(v2), "-", "10"], "invalid interval")):  # fmt: skip
+    bad = [
+        ([str(tmp_path / "missing"), "-", "1000"], "No such file"),
+        ([str(tmp_path / "none.stat"), "-", "1000"], "has no bandwidth counters"),
+        ([str(v2), "-", "10"], "interval must be an integer in 100..10000000, got '10'"),
+    ]
+    for args, message in bad:
         proc2 = subprocess.run([str(bindir / "cgsample"), *args], capture_output=True, text=True, timeout=10)
         assert proc2.returncode in (1, 2) and message in proc2.stderr and proc2.stdout == "", proc2.stderr

@@ -15,7 +15,6 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,33 +22,13 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "lat.h"
+
 #define MAX_SAMPLES 2000000 /* 33 minutes at 1 ms */
 
 struct sample {
 	int64_t t_ns, nr_periods, nr_throttled, throttled_ns, usage_ns, nr_bursts;
 };
-
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
-static long parse_long(const char *arg, const char *what, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "cgsample: invalid %s '%s' (allowed %ld..%ld)\n", what, arg, min, max);
-		exit(2);
-	}
-	return v;
-}
 
 /* The value of `key` in cpu.stat's "key value" lines, or -1. */
 static int64_t stat_value(const char *text, const char *key)
@@ -75,7 +54,6 @@ static int read_at(int fd, char *buf, size_t size)
 int main(int argc, char **argv)
 {
 	struct sample *samples;
-	struct sigaction sa;
 	struct timespec next;
 	char stat[4096], usage[64];
 	long interval_us, n = 0;
@@ -85,7 +63,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "usage: cgsample CPU_STAT USAGE_FILE|- INTERVAL_US\n");
 		return 2;
 	}
-	interval_us = parse_long(argv[3], "interval", 100, 10000000);
+	interval_us = parse_long("cgsample", argv[3], "interval", 100, 10000000);
 	stat_fd = open(argv[1], O_RDONLY | O_CLOEXEC);
 	if (stat_fd < 0) {
 		fprintf(stderr, "cgsample: %s: %s\n", argv[1], strerror(errno));
@@ -103,12 +81,9 @@ int main(int argc, char **argv)
 		fprintf(stderr, "cgsample: out of memory\n");
 		return 1;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
+	stop_on_signals();
 	clock_gettime(CLOCK_MONOTONIC, &next);
-	while (!stop && n < MAX_SAMPLES) {
+	while (!lat_stop && n < MAX_SAMPLES) {
 		struct sample *s = &samples[n];
 		struct timespec now;
 		int64_t usage_us;
@@ -136,12 +111,8 @@ int main(int argc, char **argv)
 			return 1;
 		}
 		n++;
-		next.tv_nsec += interval_us * 1000;
-		while (next.tv_nsec >= 1000000000) {
-			next.tv_nsec -= 1000000000;
-			next.tv_sec++;
-		}
-		while (!stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
+		timespec_add_us(&next, interval_us);
+		while (!lat_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
 			;
 	}
 	printf("cgsample %ld\n", interval_us);

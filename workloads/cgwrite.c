@@ -9,39 +9,17 @@
  */
 #include <errno.h>
 #include <fcntl.h>
-#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
 
-static volatile sig_atomic_t stop;
-
-static void on_signal(int sig)
-{
-	(void)sig;
-	stop = 1;
-}
-
-static long parse_long(const char *arg, const char *what, long min, long max)
-{
-	char *end;
-	long v;
-
-	errno = 0;
-	v = strtol(arg, &end, 10);
-	if (errno || *end || v < min || v > max) {
-		fprintf(stderr, "cgwrite: invalid %s '%s' (allowed %ld..%ld)\n", what, arg, min, max);
-		exit(2);
-	}
-	return v;
-}
+#include "lat.h"
 
 int main(int argc, char **argv)
 {
 	long interval_us, count = 0, writes = 0, errors = 0;
-	struct sigaction sa;
 	struct timespec next;
 	const char *value;
 	size_t len;
@@ -53,25 +31,20 @@ int main(int argc, char **argv)
 	}
 	value = argv[2];
 	len = strlen(value);
-	interval_us = parse_long(argv[3], "interval", 1, 60000000);
+	interval_us = parse_long("cgwrite", argv[3], "interval", 1, 60000000);
 	if (argc == 5)
-		count = parse_long(argv[4], "count", 1, 1000000000);
+		count = parse_long("cgwrite", argv[4], "count", 1, 1000000000);
 
 	fd = open(argv[1], O_WRONLY);
 	if (fd < 0) {
 		fprintf(stderr, "cgwrite: open %s: %s\n", argv[1], strerror(errno));
 		return 1;
 	}
-	memset(&sa, 0, sizeof(sa));
-	sa.sa_handler = on_signal;
-	sigaction(SIGTERM, &sa, NULL);
-	sigaction(SIGINT, &sa, NULL);
+	stop_on_signals();
 
 	clock_gettime(CLOCK_MONOTONIC, &next);
-	while (!stop && (!count || writes + errors < count)) {
-		next.tv_nsec += (interval_us % 1000000) * 1000;
-		next.tv_sec += interval_us / 1000000 + next.tv_nsec / 1000000000;
-		next.tv_nsec %= 1000000000;
+	while (!lat_stop && (!count || writes + errors < count)) {
+		timespec_add_us(&next, interval_us);
 		if (clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
 			continue;
 		if (pwrite(fd, value, len, 0) == (ssize_t)len)

@@ -2,7 +2,9 @@
 /*
  * lat.h - what the workloads (wakelat, funcs, cglat, noise) share: clocks, a CPU burn measured
  * in the thread's own CPU time, nearest-rank percentiles and their JSON, argument parsing
- * (one value, or a table of integer options), and making and joining child cgroups (funcs, picks).
+ * (one value, or a table of integer options), making and joining child cgroups (funcs, picks),
+ * and the stop flag and deadline step of the tools that run until told to stop (cgwrite,
+ * cgsample, picks).
  * Header-only: each workload is one static binary built from one .c file.
  */
 #ifndef BWLAB_LAT_H
@@ -10,6 +12,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -20,6 +23,33 @@
 
 static const double LAT_PCTS[] = { 50, 75, 90, 95, 99, 99.5, 99.9 };
 #define LAT_NPCTS (sizeof(LAT_PCTS) / sizeof(LAT_PCTS[0]))
+
+/* Set by SIGTERM and SIGINT once stop_on_signals() ran. The handler is installed without
+ * SA_RESTART: a sleep returns EINTR and its loop sees the flag at once. */
+static volatile sig_atomic_t lat_stop;
+
+static inline void lat_on_stop_signal(int sig)
+{
+	(void)sig;
+	lat_stop = 1;
+}
+
+static inline void stop_on_signals(void)
+{
+	struct sigaction sa = { .sa_handler = lat_on_stop_signal };
+
+	sigaction(SIGTERM, &sa, NULL);
+	sigaction(SIGINT, &sa, NULL);
+}
+
+/* Moves an absolute deadline `us` microseconds on (a schedule that a late wakeup does not
+ * shift). */
+static inline void timespec_add_us(struct timespec *t, long us)
+{
+	t->tv_nsec += (us % 1000000) * 1000;
+	t->tv_sec += us / 1000000 + t->tv_nsec / 1000000000;
+	t->tv_nsec %= 1000000000;
+}
 
 static inline int64_t now_ns(clockid_t clk)
 {

@@ -53,7 +53,6 @@ static struct shared *shm;
 static const char *cgroup_dir;
 static int ntasks = 64, ngroups = 16, nplain = 1, aware = -1, cpu = -1;
 static double duration_s = 5;
-static volatile sig_atomic_t interrupted;
 static int go_pipe[2]; /* the start: closing the write end wakes every task at once */
 
 static void group_dir(char *buf, size_t len, int group)
@@ -139,12 +138,6 @@ static void remove_groups(void)
 	}
 }
 
-static void on_signal(int sig)
-{
-	(void)sig;
-	interrupted = 1;
-}
-
 static void usage(void)
 {
 	fprintf(stderr,
@@ -162,7 +155,6 @@ int main(int argc, char **argv)
 {
 	int total, opt, failed = 0, ncpu = get_nprocs();
 	int64_t yields = 0, cpu_ns = 0, switches = 0, per_task[MAX_TASKS];
-	struct sigaction sa = { .sa_handler = on_signal };
 	struct timespec step = { .tv_sec = 0, .tv_nsec = 10000000 };
 	static pid_t pids[MAX_TASKS];
 	int64_t t_end;
@@ -191,8 +183,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, PROG ": cannot map shared memory: %s\n", strerror(errno));
 		return 1;
 	}
-	sigaction(SIGINT, &sa, NULL);
-	sigaction(SIGTERM, &sa, NULL);
+	stop_on_signals();
 	if (cgroup_dir)
 		make_groups();
 	if (ncpu > 1)
@@ -213,18 +204,18 @@ int main(int argc, char **argv)
 		if (pids[i] == 0)
 			run_task(i, i < ntasks ? i % ngroups : ngroups);
 	}
-	while (!failed && !interrupted && atomic_load(&shm->ready) < total) {
+	while (!failed && !lat_stop && atomic_load(&shm->ready) < total) {
 		int status;
 
 		if (waitpid(-1, &status, WNOHANG) > 0)
 			failed = 1; /* a task died before the start (it said why) */
 		nanosleep(&step, NULL);
 	}
-	if (failed || interrupted)
+	if (failed || lat_stop)
 		atomic_store(&shm->stop, 1);
 	close(go_pipe[1]); /* the start */
 	t_end = now_ns(CLOCK_MONOTONIC) + (int64_t)(duration_s * 1e9);
-	while (!failed && !interrupted && now_ns(CLOCK_MONOTONIC) < t_end)
+	while (!failed && !lat_stop && now_ns(CLOCK_MONOTONIC) < t_end)
 		nanosleep(&step, NULL);
 	atomic_store(&shm->stop, 1);
 	for (int i = 0; i < total; i++) {
@@ -234,7 +225,7 @@ int main(int argc, char **argv)
 			failed = 1;
 	}
 	remove_groups();
-	if (interrupted) {
+	if (lat_stop) {
 		fprintf(stderr, PROG ": interrupted\n");
 		return 1;
 	}
