@@ -91,6 +91,14 @@ class RunSpec:
     # cpu.stat is read from the top one
     depth: int = 1
 
+    @property
+    def cpu_ids(self) -> list[int]:
+        """The CPUs the case runs on: `cpus` ("0" or "0-N", as resolving writes it), else all."""
+        if self.cpus is None:
+            return list(range(self.ncpu))
+        lo, _, hi = self.cpus.partition("-")
+        return list(range(int(lo), int(hi or lo) + 1))
+
     def settings(self) -> dict[str, Any]:
         return {"period_us": self.period_us, "quota_us": self.quota_us,
                 "burst_us": self.burst_us, "cpus": self.cpus, "depth": self.depth, "sysctls": self.sysctls,

@@ -141,16 +141,20 @@ def sampled_metrics(text: str, spec: RunSpec) -> dict[str, float]:
     periods it saw, and of them the throttled ones below quota (unnecessary), as a share of
     the periods and of the throttled ones."""
     interval_s, samples = parse_sampler(text)
-    lo, _, hi = (spec.cpus or "").partition("-")
-    cpus = spec.ncpu if spec.cpus is None else int(hi or lo) - int(lo) + 1  # scenario.py writes "0" or "0-N"
     analysis = periods.analyze(samples, periods.Limit(spec.quota_us, spec.period_us, spec.burst_us), interval_s,
-                               cpus)  # fmt: skip
+                               len(spec.cpu_ids))  # fmt: skip
     out = {"sampled_periods": float(analysis.total)}
     if analysis.total:
         out["below_quota_pct"] = 100 * analysis.below / analysis.total
     if analysis.throttled:
         out["below_quota_share"] = analysis.below / analysis.throttled
     return out
+
+
+def _sampler_summary(text: str) -> str:
+    """cgsample's header and how many samples followed it."""
+    head, _, rest = text.partition("\n")
+    return f"{head} ({len(rest.splitlines())} samples, left out)"
 
 
 def stdout_without_samples(stdout: str) -> str:
@@ -184,9 +188,7 @@ def case_docs(specs: list[RunSpec], raws: Mapping[tuple[int, int], RawRep | str]
                 entry["samples_us"] = samples
             raw_doc = raw.to_json()
             # the sampler's counters are many (a line a millisecond): its metrics stand for them
-            raw_doc["sides"] = [s if not s.startswith(SAMPLER_HEADER) else
-                                f"{s.splitlines()[0]} ({len(s.splitlines()) - 1} samples, left out)"
-                                for s in raw.sides]  # fmt: skip
+            raw_doc["sides"] = [_sampler_summary(s) if s.startswith(SAMPLER_HEADER) else s for s in raw.sides]
             if samples:
                 raw_doc["stdout"] = stdout_without_samples(raw_doc.get("stdout", ""))
             entry["raw"] = raw_doc

@@ -59,8 +59,8 @@ class GroupShell:
     bandwidth_value: str
     stat: str
     dirs: list[str]
-    stat_file: str = ""  # cpu.stat, and v1's cpuacct.usage ("-" on v2): what cgsample reads
-    usage_file: str = "-"
+    stat_file: str  # cpu.stat, and v1's cpuacct.usage ("-" on v2): what cgsample reads
+    usage_file: str
 
 
 def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
@@ -81,7 +81,7 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
                 lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
             if spec.cpus is not None:
                 lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
-        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g], f"{g}/cpu.stat")
+        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g], f"{g}/cpu.stat", "-")
     if spec.cpus is not None and layout.cpuset is None:
         raise BwlabError(f"case {spec.case} asks for cpus but the machine has no v1 cpuset hierarchy")
     quota = str(spec.quota_us) if spec.quota_us is not None else "-1"

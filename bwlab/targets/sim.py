@@ -162,12 +162,7 @@ def config(spec: RunSpec, target: SimTarget, rep: int, *, periods: bool = False,
            events: tuple[float, float] | None = None, samples: bool = True) -> dict[str, Any]:  # fmt: skip
     """The simulator's configuration for one repetition of a resolved case."""
     ncpu = spec.ncpu
-    if spec.cpus is None:
-        cpus = list(range(ncpu))
-    else:
-        lo, _, hi = spec.cpus.partition("-")
-        cpus = list(range(int(lo), int(hi or lo) + 1))
-    threads, requests = _threads(spec, cpus)
+    threads, requests = _threads(spec, spec.cpu_ids)
     slice_us = int(spec.sysctls.get(SLICE_SYSCTL, "5000"))
     unknown = sorted(set(spec.sysctls) - {SLICE_SYSCTL})
     if unknown:
