@@ -26,6 +26,7 @@ from pathlib import Path
 from bwlab import cgroup, cpustat
 from bwlab.targets.host import kernel_hz
 from bwlab.workloads import programs, wakelat
+from bwlab.workloads.trace import read_trace
 
 from conftest import REPO, bwlab, needs_root, running_in_group, started_in
 
@@ -119,7 +120,9 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     with hier.group(cgroup.unique_name("bursty"), period, quota, 0, None) as grp:
         with started_in(grp, argv):
             time.sleep(1)
-            doc = doctor(grp, 20)
+            doc = doctor(grp, 20, "--save-trace", str(tmp_path / "work.jsonl"))
+        # what the prediction replayed, for a scenario of one's own: a trace per thread
+        assert len(read_trace(tmp_path / "work.jsonl")) >= 15 * NCPU
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and "bursty" in {c["key"] for c in diag["causes"]}, diag
         burst = diag["recommended_burst_us"]
@@ -203,6 +206,8 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     _one_line(bwlab("doctor", "abcdef012345", "--seconds", "1"), "no CPU-limited container or pod")
     _one_line(bwlab("doctor", "/", "--seconds", "1"), "has no CPU limit")
     _one_line(bwlab("doctor", "/", "--seconds", "0"), "--seconds 0: expected")
+    no_dir = "/no/such/dir/t.jsonl"
+    _one_line(bwlab("doctor", "/", "--save-trace", no_dir), f"--save-trace {no_dir}: no directory")
     with loaded_group(10000, 1, 1, 30) as grp:
         burst_file = grp.stat_file.parent / "cpu.cfs_burst_us"
         env = {"BWLAB_CACHE": str(tmp_path)}

@@ -116,20 +116,22 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     analysis, recorder = watched.analysis, watched.recorder
     facts = facts_of(group, recorder, watched.timer_late_us)
     diag = diagnose.diagnose(group, analysis, facts)
+    burst = None if args.no_predict else diag.burst_us  # predicted with, and without, this burst
+    episodes = recorder.episodes() if args.save_trace or burst is not None else {}
     if args.save_trace:
         try:
-            recorder.write_trace(Path(args.save_trace), recorder.episodes())
+            recorder.write_trace(Path(args.save_trace), episodes)
         except OSError as exc:
             raise BwlabError(f"--save-trace {args.save_trace}: {exc.strerror}") from None
         console.print(f"trace: {args.save_trace}")
     predictions: list[whatif.Prediction] = []
-    if diag.burst_us is not None and not args.no_predict:
+    if burst is not None:
         with (console.status("predicting with the simulator"),
               tempfile.TemporaryDirectory(prefix="bwlab-doctor-") as tmp):  # fmt: skip
-            trace = recorder.write_trace(Path(tmp) / "trace.jsonl", recorder.episodes())
+            trace = recorder.write_trace(Path(tmp) / "trace.jsonl", episodes)
             lim = group.effective
             variants = [whatif.Variant("as it is", lim),
-                        whatif.Variant(f"burst {diag.burst_us} us", Limit(lim.quota_us, lim.period_us, diag.burst_us)),
+                        whatif.Variant(f"burst {burst} us", Limit(lim.quota_us, lim.period_us, burst)),
                         whatif.Variant("the series (policy all)", lim, "all")]  # fmt: skip
             pool = math.ceil(lim.cpus or 0)
             if 0 < pool < facts.threads:  # the same work from as many threads as the quota's CPUs

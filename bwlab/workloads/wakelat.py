@@ -87,8 +87,10 @@ def requests_trace(arrivals: str, workers: int, burn_us: int, skip_s: float = 0.
         t_us = int(parts[1]) / 1000 - skip_s * 1e6
         if t_us >= 0:
             times.append(t_us)
-    if workers < 1 or not times:
-        raise BwlabError("no arrivals to replay" if workers >= 1 else f"workers = {workers}: expected at least 1")
+    if workers < 1:
+        raise BwlabError(f"workers = {workers}: expected at least 1")
+    if not times:
+        raise BwlabError("no arrivals to replay")
     times.sort()
     lines: list[dict[str, int]] = []
     for w in range(workers):
