@@ -81,8 +81,14 @@ def sysbench(threads: int) -> list[str]:
 
 def test_traced_demand_is_what_sysbench_wants() -> None:
     """Demand == quota (threads = the quota's CPUs): every throttled period below quota, its
-    traced demand the quota (95 % of them within 2 %, all within 5 %); twice the threads: at
-    least 1.8 x, at quota."""
+    traced demand the threads' CPUs times the period's length (95 % of them within 2 %, all
+    within 5 %); twice the threads: at least 1.8 x, at quota.
+
+    The length, not the nominal period: a boundary off the timer's phase stretches one period
+    and shortens the next (this VM, 2026-11-24: in one of 25 3-s runs every tenth boundary was
+    0.48 ms late, periods of 10.48 then 9.52 ms, demand 1.048 then 0.952 x the quota; CI saw a
+    period more than 5 % off), and the verdict weighs the quota over the stretched window
+    (periods.analyze)."""
     period = 10_000
     for threads, quota_cpus, share, verdict in ((NCPU, NCPU, 1.0, "below"), (NCPU, NCPU / 2, 2.0, "at")):
         quota = round(quota_cpus * period)
@@ -90,14 +96,16 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
             doc = traced_doctor(path, 3)
         found = throttled_periods(doc)
         assert len(found) >= 30, (threads, quota_cpus, doc["throttled"])
-        demands = [float(p["demand_us"]) / quota for p in found]  # type: ignore[arg-type]
         assert all(p["verdict"] == verdict for p in found), [p for p in found if p["verdict"] != verdict][:3]
-        if share == 1.0:
-            # within 2 % but for the odd period at a sample's edge (CI, 2026-11-24: one at 0.973)
-            near = sum(abs(d - 1) <= 0.02 for d in demands) / len(demands)
-            spread = sorted(demands)[:: max(1, len(demands) // 10)]
-            assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in demands), spread
-        else:
+        # demand over what the threads could run in the period, had nothing stopped them
+        shares = [float(p["demand_us"]) / (min(threads, NCPU) * (float(p["end"]) - float(p["start"])) * 1e6)  # type: ignore[arg-type]
+                  for p in found]  # fmt: skip
+        assert all(abs(float(p["end"]) - float(p["start"]) - period / 1e6) < period / 2e6 for p in found), found[:3]  # type: ignore[arg-type]
+        near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
+        spread = sorted(shares)[:: max(1, len(shares) // 10)]
+        assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
+        if share == 2.0:
+            demands = [float(p["demand_us"]) / quota for p in found]  # type: ignore[arg-type]
             assert all(d >= 1.8 for d in demands), sorted(demands)[:5]
 
 
