@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 # reported beside it) <= quota (+ burst) + this share of the quota. A throttle that lasts past
 # the period's end (a runqueue that still owes debt) is counted whole in the period it ends in;
 # at twice the quota every period is near 2 x.
+SETTLE_S = 0.005  # how long after a boundary its throttles are all counted (a tick at HZ=250, and some)
 SLACK = 0.10
 
 
@@ -194,14 +195,22 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
                 continue
         times.append((a + b) / 2)
         errors.append((b - a) / 2)
+    stamps = [s.t for s in samples]
+    settled = [min(max(i, bisect.bisect_left(stamps, t + min(SETTLE_S, period_s / 2))), len(samples) - 1)
+               for i, t in zip(edges, times, strict=True)]  # fmt: skip
     for n in range(1, len(edges)):
         i0, i1 = edges[n - 1], edges[n]
         u0 = _interp(samples[i0 - 1], samples[i0], times[n - 1])
         u1 = _interp(samples[i1 - 1], samples[i1], times[n])
         s0, s1 = samples[i0], samples[i1]
         periods = s1.nr_periods - s0.nr_periods
-        throttled = s1.nr_throttled - s0.nr_throttled
-        throttled_us = s1.throttled_us - s0.throttled_us
+        # the throttle counters a little after each boundary: a runqueue on another CPU than the
+        # timer's is unthrottled (and its throttled time counted) when that CPU gets to it, up
+        # to a tick after the boundary (traced on 6.18), and the next period's own throttles
+        # are counted when they end, at its end
+        c0, c1 = samples[settled[n - 1]], samples[settled[n]]
+        throttled = c1.nr_throttled - c0.nr_throttled
+        throttled_us = c1.throttled_us - c0.throttled_us
         usage = u1 - u0
         error = (errors[n - 1] + errors[n]) * cpus * 1e6
         verdict = estimated = ""

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from bwlab.errors import BwlabError
-from bwlab.live import ebpf, groups
+from bwlab.live import ebpf, groups, sampler, threads
 from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
 from bwlab.live.threads import ThreadRecorder
@@ -107,10 +107,11 @@ def test_v2_limits_and_malformed_files(tmp_path: Path) -> None:
 
 
 def _synthetic(demand: list[float], quota_us: int, period_us: int, interval_s: float,
-               seed: int = 1) -> list[Sample]:  # fmt: skip
+               seed: int = 1, counted_after_s: float = 0.0) -> list[Sample]:  # fmt: skip
     """Counters of a group whose demand in period k is demand[k] x quota, served as the
     kernel would at best: up to the quota, the rest throttled (time = unmet demand), with
-    the counters stepping at each boundary; sampled every `interval_s` from a random phase."""
+    the counters stepping at each boundary (the throttle counters `counted_after_s` later);
+    sampled every `interval_s` from a random phase."""
     rng = random.Random(seed)
     period_s = period_us / 1e6
     t0 = rng.random() * period_s + 1.0
@@ -122,8 +123,9 @@ def _synthetic(demand: list[float], quota_us: int, period_us: int, interval_s: f
         done = [min(d, 1.0) * quota_us for d in demand]
         usage = sum(done[:k]) + done[k] * max(0.0, min(1.0, (t - bounds[k]) / period_s))
         ended = sum(1 for b in bounds[1:] if b <= t)
-        throttled = sum(1 for d in demand[:ended] if d > 0.9)
-        throttled_us = sum(max(0.0, d - 0.9) * quota_us for d in demand[:ended] if d > 0.9)
+        counted = sum(1 for b in bounds[1:] if b + counted_after_s <= t)
+        throttled = sum(1 for d in demand[:counted] if d > 0.9)
+        throttled_us = sum(max(0.0, d - 0.9) * quota_us for d in demand[:counted] if d > 0.9)
         samples.append(Sample(t, ended, throttled, throttled_us, usage))
         t += interval_s * (1 + 0.2 * (rng.random() - 0.5))  # a sampler is not exact either
     return samples
@@ -141,6 +143,56 @@ def test_detector_separates_below_quota_from_over_use() -> None:
     assert abs(analysis.below - truth["below"]) <= 1 and abs(analysis.at - truth["at"]) <= 1
     assert all(p.periods == 1 for p in analysis.periods)
     assert all(p.error_us < 1000 for p in analysis.periods)
+
+
+def test_throttles_counted_after_the_boundary_belong_to_the_period_before() -> None:
+    """A runqueue on another CPU than the timer's is unthrottled, and its throttled time
+    counted, up to a tick after the boundary: counters 3 ms late at a 10 ms period give the
+    same verdicts as punctual ones."""
+    demand = [0.95, 2.0, 0.5, 0.95, 2.0] * 40
+    punctual = analyze(_synthetic(demand, 10000, 10000, 0.001), Limit(10000, 10000), 0.001, cpus=2)
+    late = analyze(_synthetic(demand, 10000, 10000, 0.001, counted_after_s=0.003), Limit(10000, 10000), 0.001,
+                   cpus=2)  # fmt: skip
+    assert late.below == punctual.below > 50 and late.at == punctual.at > 50
+    assert [p.verdict for p in late.periods] == [p.verdict for p in punctual.periods]
+
+
+def test_nr_periods_is_read_from_the_raw_text() -> None:
+    assert sampler.nr_periods(b"nr_periods 12\nnr_throttled 3\nthrottled_time 5\n") == 12  # v1
+    assert sampler.nr_periods(b"usage_usec 9\nuser_usec 1\nsystem_usec 8\nnr_periods 7\nnr_throttled 0\n") == 7
+    assert sampler.nr_periods(b"nr_periods 41") == 41
+    assert sampler.nr_periods(b"usage_usec 9\n") is None  # no bandwidth control
+    assert sampler.nr_periods(b"nr_periods x\n") is None
+
+
+def test_recorder_follows_new_threads_and_keeps_one_interval_per_step(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread 2 starts after two steps and thread 1 exits after three: both have an interval
+    (and a spent entry) for every step, asleep where not read. Wanting is run plus run delay,
+    each thread at most the step, the group at most its CPUs."""
+    # (run ns, wait ns) per thread at each read, 5 ms apart
+    reads = [{1: (0, 0)}, {1: (4_000_000, 1_000_000)}, {1: (9_000_000, 1_000_000), 2: (0, 0)},
+             {1: (10_000_000, 5_000_000), 2: (5_000_000, 0)}, {2: (10_000_000, 0)}]  # fmt: skip
+    at = {"i": 0}
+    monkeypatch.setattr(threads, "read_schedstat", lambda tid, fds=None: reads[at["i"]].get(tid))
+    rec = ThreadRecorder([1], ncpu=1)
+    for i in range(len(reads)):
+        at["i"] = i
+        if i == 2:
+            rec.follow([1, 2])
+        rec.step(i * 0.005, 0.0)
+    assert rec.tids == [1, 2] and len(rec.steps) == 4
+    assert all(len(rec.intervals[t]) == 4 and len(rec.spent[t]) == 4 for t in (1, 2))
+    assert [round(r) for r, _ in rec.intervals[2]] == [0, 0, 5000, 5000]
+    assert [round(r) for r, _ in rec.intervals[1]][3] == 0  # exited
+    # the first step: 4 + 1 ms of 5; the third: thread 1 wanted 1 + 4 ms, thread 2 5 ms: 2 CPUs, capped at 1
+    assert [round(w, 3) for _, _, w in rec.steps] == [1.0, 1.0, 1.0, 1.0]
+    rec2 = ThreadRecorder([1], ncpu=2)
+    at["i"] = 0
+    rec2.step(0.0, 0.0)
+    at["i"] = 1
+    rec2.step(0.005, 0.0)
+    assert rec2.steps[0][2] == pytest.approx(1.0)  # 5 ms wanted of 5, not 5 + a throttled share
+    assert rec2.wanted_us(0.0, 0.005) == pytest.approx(5000)
 
 
 def test_phase_fit_needs_agreement() -> None:
@@ -219,6 +271,7 @@ def test_script_filters_the_threads_and_the_timer() -> None:
     text = ebpf.script([5, 7], 0xFFFFFFFF813C4EF0)
     assert "@t[5] = 1; @t[7] = 1;" in text and "(uint64)0xffffffff813c4ef0" in text
     assert "printf" not in text  # events stay in maps until the end: no wakeup per event
+    assert "sched_process_fork / @t[args->parent_pid] /" in text  # threads the members start
 
 
 def test_exact_boundaries_and_demand_decide_when_traced() -> None:

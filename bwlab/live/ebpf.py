@@ -79,6 +79,10 @@ def script(tids: list[int], timer_address: int) -> str:
         "tracepoint:sched:sched_switch / @t[args->prev_pid] / "
         "{ @s[cpu, @n[cpu]] = (nsecs, args->prev_pid, args->prev_state); @n[cpu]++; }\n"
         "tracepoint:sched:sched_waking / @t[args->pid] / { @w[cpu, @n[cpu]] = (nsecs, args->pid); @n[cpu]++; }\n"
+        # a thread a member starts is a member, wanting a CPU from its start (sched_wakeup_new,
+        # not sched_waking, wakes it)
+        "tracepoint:sched:sched_process_fork / @t[args->parent_pid] / "
+        "{ @t[args->child_pid] = 1; @w[cpu, @n[cpu]] = (nsecs, args->child_pid); @n[cpu]++; }\n"
         "END { clear(@t); clear(@n); }\n"
     )
 

@@ -77,11 +77,21 @@ class Reader:
         self._fds.clear()
 
 
+def nr_periods(stat: bytes) -> int | None:
+    """cpu.stat's nr_periods from its text as read, without parsing the rest (once a sample)."""
+    at = stat.find(b"nr_periods ")
+    if at < 0:
+        return None
+    end = stat.find(b"\n", at)
+    value = stat[at + len(b"nr_periods ") : end if end >= 0 else len(stat)]
+    return int(value) if value.isdigit() else None
+
+
 def sample(group: LiveGroup, seconds: float, interval_s: float,
-           on_sample: Callable[[int, Callable[[], Sample]], None] | None = None) -> list[Sample]:  # fmt: skip
+           on_sample: Callable[[int, bytes, Callable[[], Sample]], None] | None = None) -> list[Sample]:  # fmt: skip
     """Samples every `interval_s` for `seconds`. The counters are only read while sampling and
-    parsed afterwards (a 1 ms loop that parses costs twice the CPU); `on_sample(i, parse)` sees
-    each as it comes and may parse it."""
+    parsed afterwards (a 1 ms loop that parses costs twice the CPU); `on_sample(i, stat, parse)`
+    sees each as it comes (cpu.stat's text: nr_periods() reads it cheaply) and may parse it."""
     if not 0 < interval_s <= seconds:
         raise BwlabError(f"sampling interval {interval_s * 1000:g} ms must be > 0 and at most the {seconds:g} s")
     reader = Reader(group)
@@ -93,7 +103,7 @@ def sample(group: LiveGroup, seconds: float, interval_s: float,
             raw = reader.read_raw()
             raws.append(raw)
             if on_sample is not None:
-                on_sample(tick, lambda raw=raw: reader.parse(raw))  # type: ignore[misc]
+                on_sample(tick, raw[1], lambda raw=raw: reader.parse(raw))  # type: ignore[misc]
             tick += 1
             due = start + tick * interval_s
             if due - start > seconds:
