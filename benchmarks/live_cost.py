@@ -1,6 +1,10 @@
 """What bwlab's live tools cost the machine they watch (issue: < 1 % of a CPU to watch 100
 limited groups with `top` at its defaults, < 3 % for `doctor`'s 1 ms sampling of one group).
 
+`doctor` is measured on an idle group and on one running wakelat's bursts (the `burst`
+scenario's shape: 30 workers, quota 1.75 CPUs per 100 ms), whose threads it reads twice a
+period and at each boundary.
+
 Each tool runs twice, short and long, as a child process; its CPU time (user + system, from
 the kernel's accounting of the child) is read after it exits, and the difference between the
 long and the short run, divided by the difference in watched seconds, is what watching costs
@@ -12,13 +16,17 @@ per second: Python's start-up and the imports cancel out. Run as root on a quiet
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import resource
+import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 
 from bwlab import cgroup
+from bwlab.workloads import programs
 
 
 def cpu_seconds(argv: list[str]) -> tuple[float, float]:
@@ -41,6 +49,29 @@ def cost(make_argv: object, short: float, long: float) -> float:
     return 100 * (c_long - c_short) / (long - short)
 
 
+@contextlib.contextmanager
+def bursts() -> Iterator[str]:
+    """A group running wakelat's bursts (30 workers, 25 requests/s of 50 ms, 1.75 CPUs per
+    100 ms); yields its path for bwlab."""
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("costbusy"), 100000, 175000, 0, None) as grp:
+        argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", "30", "-r", "25", "-p", "-c", "50000",
+                "-S", "100", "-d", "3600"]  # fmt: skip
+
+        def join() -> None:
+            for procs in grp.procs_files:
+                procs.write_text(str(os.getpid()))
+
+        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+        try:
+            time.sleep(1)  # its threads started
+            yield "/" + grp.name
+        finally:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--groups", type=int, default=100)
@@ -54,12 +85,16 @@ def main() -> None:
         top = cost(lambda s: [*bwlab, "top", "--interval", "2", "--iterations", str(max(1, round(s / 2)))],
                    2.0, args.seconds)  # fmt: skip
         doctor = cost(lambda s: [*bwlab, "doctor", target, "--seconds", str(s), "--no-predict"], 1.0, args.seconds)
+        with bursts() as busy:
+            doctor_busy = cost(lambda s: [*bwlab, "doctor", busy, "--seconds", str(s), "--no-predict"], 1.0,
+                               args.seconds)  # fmt: skip
     finally:
         for grp in made:
             grp.remove()
     print(f"machine: {os.uname().release}, {os.cpu_count()} CPUs, {hier.describe()}")
     print(f"top, {args.groups} limited groups, every 2 s: {top:.2f} % of one CPU")
-    print(f"doctor, one group, every 1 ms: {doctor:.2f} % of one CPU")
+    print(f"doctor, one idle group, every 1 ms: {doctor:.2f} % of one CPU")
+    print(f"doctor, one group of 30 threads in bursts, every 1 ms: {doctor_busy:.2f} % of one CPU")
 
 
 if __name__ == "__main__":

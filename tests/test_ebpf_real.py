@@ -10,10 +10,10 @@ from running) is measured, not estimated. Contracts:
   many, twice the quota (every throttle real);
 - it is the truth for workloads whose demand is not known per period: wakelat's Poisson
   bursts of 50 ms requests, the `burst` scenario's shape (quota 0.875 x CPUs per 100 ms,
-  15 workers per CPU) and one at a 10 ms period with a 1-CPU quota; polling's verdict agrees
-  with it on >= 90 % of throttled periods, and what it calls below quota is (precision >= 90 %
-  where it calls at least 5); its recall of below-quota periods on bursts is about half and
-  is printed, not asserted (docs/live.md).
+  15 workers per CPU) and one at a 10 ms period with a 1-CPU quota; polling calls periods of
+  over-use so (>= 95 %), what it calls below quota is (at most one call in ten wrong), and it
+  finds at least half of the truly below-quota ones (docs/live.md: 96 % at 100 ms, 81 % at
+  10 ms, over three runs each).
 """
 
 from __future__ import annotations
@@ -131,17 +131,13 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
     truths, saids = sum(truth for truth, _ in pairs), sum(said for _, said in pairs)
     summary = f"{len(pairs)} throttled, truth below {truths}, polling below {saids}, both {tp}"
     print(f"{period_us} us, {quota_cpus:g} CPUs: {summary}, agreement {agree:.3f}")
-    # polling is conservative on bursts: what it calls below quota is (22 of 22 in 7 runs, 8 of 9
-    # in one CI run), but
-    # it finds only about half of the truly below-quota periods at 10 ms and none of the few at
-    # 100 ms (docs/live.md), and how many there are varies from run to run (0 to 8 of ~100 at
-    # 100 ms), so agreement is printed, not asserted: asserted are that periods of over-use are
-    # called so (no false "below quota") and the precision of what is called below quota
+    # how many truly below-quota periods a run has varies (2 to 25 here), so the shares are
+    # asserted with an allowance for few: periods of over-use called so, at most one call in
+    # ten wrong (one allowed however few), and at least half found where there are five or more
     over_used = [said for truth, said in pairs if not truth]
     assert len(over_used) >= 10 and sum(not said for said in over_used) / len(over_used) >= 0.95, summary
-    # precision: at most one in ten of its "below quota" calls wrong, and one wrong call
-    # allowed however few it makes (CI, 2026-11-24: 8 of 9 right)
     assert saids - tp <= max(1, 0.1 * saids), summary
+    assert truths < 5 or tp >= 0.5 * truths, summary
 
 
 def test_ebpf_without_bpftrace_is_one_line(tmp_path: Path) -> None:

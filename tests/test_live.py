@@ -195,6 +195,25 @@ def test_recorder_follows_new_threads_and_keeps_one_interval_per_step(monkeypatc
     assert rec2.wanted_us(0.0, 0.005) == pytest.approx(5000)
 
 
+def test_threads_taken_off_a_throttled_runqueue_still_want_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads on two CPUs run 5 ms, then 2 ms each and are throttled for 3 ms each,
+    off their runqueues (no run delay); the 6 ms is counted at the next read. The second step
+    wanted both CPUs: what they ran plus the throttled time reached back from its count."""
+    reads = [{1: (0, 0), 2: (0, 0)}, {1: (5_000_000, 0), 2: (5_000_000, 0)},
+             {1: (7_000_000, 0), 2: (7_000_000, 0)}]  # fmt: skip
+    at = {"i": 0}
+    monkeypatch.setattr(threads, "read_schedstat", lambda tid, fds=None: reads[at["i"]].get(tid))
+    rec = ThreadRecorder([1, 2], ncpu=2)
+    for i, throttled_us in enumerate([0.0, 0.0, 6000.0]):
+        at["i"] = i
+        rec.step(i * 0.005, throttled_us)
+    assert [round(w, 3) for _, _, w in rec.steps] == [2.0, 0.8]  # run plus run delay alone
+    assert [round(w, 3) for _, _, w in rec.wanting()] == [2.0, 2.0]
+    assert rec.wanted_us(0.005, 0.010) == pytest.approx(10000)
+    assert rec.wanted_us(0.0, 0.0075) == pytest.approx(15000)  # a step is taken as even: 2 CPUs throughout
+    assert rec.wanted_cpus(0.006, 0.007) == pytest.approx(2.0)
+
+
 def test_phase_fit_needs_agreement() -> None:
     assert fit_phase([(0.0101, 0.0112), (0.0201, 0.0213), (0.0299, 0.0311)], 0.01) is not None
     scattered = [(0.0101, 0.0102), (0.0254, 0.0255), (0.0377, 0.0378), (0.0461, 0.0462)]
