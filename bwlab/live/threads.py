@@ -138,7 +138,7 @@ class ThreadRecorder:
             self.interval_steps += 1
             if stopped > 0:
                 self.throttled.append((self.last_t, t, stopped))
-            for tid in set(self.intervals) | set(now):
+            for tid in (self.intervals.keys() | now.keys()) - ran.keys():  # `ran`: padded above
                 self._pad(tid)
         self.last, self.last_t, self.last_throttled_us = now, t, throttled_us
 
