@@ -314,7 +314,8 @@ class Watcher:
                 limit = tr.group.effective
                 cpus = max(1, min(self.facts.ncpu, len(hot.recorder.tids) if hot.recorder else self.facts.ncpu))
                 rec = hot.recorder
-                analysis = periods.analyze(samples[: edges[-1] + 1], limit, hot.interval_s, cpus,
+                # samples past the last boundary too: its throttles are read a little after it
+                analysis = periods.analyze(samples, limit, hot.interval_s, cpus,
                                            rec.wanted_cpus if rec else None,
                                            rec.wanted_us if rec else None)  # fmt: skip
                 self._count(tr, analysis, rec)

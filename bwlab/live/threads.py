@@ -61,6 +61,7 @@ class ThreadRecorder:
     fds: dict[int, int] = field(default_factory=dict)  # tid -> its schedstat, kept open; close()
     interval_steps: int = 0  # steps since the intervals were last cleared (forget_before)
     ran_us: list[float] = field(default_factory=list)  # per step: what the threads ran, together
+    active: list[int] = field(default_factory=list)  # per step: threads that ran or waited
     _wanting: list[tuple[float, float, float]] = field(default_factory=list)  # wanting(), cached
     _wanting_key: tuple[int, int, float] | None = None
     _wanting_ends: list[float] = field(default_factory=list)
@@ -135,6 +136,7 @@ class ThreadRecorder:
             # threads beyond the CPUs wait for each other: the group wants at most every CPU
             self.steps.append((self.last_t, t, min(wanted, float(self.ncpu))))
             self.ran_us.append(sum(run for run, _ in ran.values()) / 1000)
+            self.active.append(active)
             self.interval_steps += 1
             if stopped > 0:
                 self.throttled.append((self.last_t, t, stopped))
@@ -148,6 +150,7 @@ class ThreadRecorder:
         kept = [i for i, s in enumerate(self.steps) if s[1] >= t]
         self.steps = [self.steps[i] for i in kept]
         self.ran_us = [self.ran_us[i] for i in kept]
+        self.active = [self.active[i] for i in kept]
         self.throttled = [s for s in self.throttled if s[1] >= t]
         self.spent = {tid: [s for s in steps if s[1] >= t] for tid, steps in self.spent.items()}
         self.intervals.clear()
@@ -215,7 +218,8 @@ class ThreadRecorder:
         stops = [(b - us / 1e6 / cpus, b) for _, b, us in self.throttled if us > 0]  # every CPU stopped
         out = []
         j0 = 0
-        for (a, b, w), ran in zip(self.steps, self.ran_us, strict=True):
+        prev_active = 0
+        for (a, b, w), ran, active in zip(self.steps, self.ran_us, self.active, strict=True):
             dt = b - a
             while j0 < len(stops) and stops[j0][1] <= a:
                 j0 += 1
@@ -225,6 +229,10 @@ class ThreadRecorder:
                     break
                 thr += max(0.0, min(b, y) - max(a, x)) * cpus
             alt = (ran / 1e6 + thr) / dt if dt > 0 else 0.0
+            # at most a CPU per thread that ran or waited in it or the step before (a thread
+            # that ran through a step was not throttled in it: the reach-back is approximate)
+            alt = min(alt, max(active, prev_active))
+            prev_active = active
             out.append((a, b, min(cpus, max(w, alt))))
         self._wanting, self._wanting_key = out, key
         self._wanting_ends = [b for _, b, _ in out]
