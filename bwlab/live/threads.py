@@ -3,7 +3,8 @@ on a runqueue) and the group's throttled time: a thread's CPU need in an interva
 time and its share (by run time) of the time the group sat throttled in it (what the trace
 replays); the time it wanted a CPU is its run time and run delay (what the detector weighs:
 the run delay counts the time throttled as well, measured on 6.18 against the eBPF trace).
-Written as the simulator's trace (JSON lines: run_us, sleep_us, thread) to replay it under other settings.
+Written as the simulator's trace (JSON lines: run_us, sleep_us, thread) to replay it under
+other settings.
 """
 
 from __future__ import annotations
@@ -205,7 +206,8 @@ class ThreadRecorder:
 
     def wanting(self) -> list[tuple[float, float, float]]:
         """Per step (start, end, CPUs the threads wanted): their run plus run delay, or, if more,
-        their run plus the group's throttled time in the step, at most every CPU. Two lower
+        their run plus the group's throttled time in the step (at most a CPU per thread that
+        ran or waited around it), at most every CPU. Two lower
         bounds: a thread queued on a throttled runqueue counts run delay, but one taken off it
         (6.18 dequeues a throttled task when it returns to user space) counts nothing, while
         the runqueue's throttled time goes on (wakelat's bursts at 100 ms: whole periods the
@@ -216,6 +218,7 @@ class ThreadRecorder:
             return self._wanting
         cpus = float(max(1, self.ncpu))
         stops = [(b - us / 1e6 / cpus, b) for _, b, us in self.throttled if us > 0]  # every CPU stopped
+        longest = max((y - x for x, y in stops), default=0.0)  # stops end in order, start nearly so
         out = []
         j0 = 0
         prev_active = 0
@@ -225,7 +228,7 @@ class ThreadRecorder:
                 j0 += 1
             thr = 0.0
             for x, y in stops[j0:]:
-                if x >= b:
+                if y - longest >= b:  # this one and every later one start after the step
                     break
                 thr += max(0.0, min(b, y) - max(a, x)) * cpus
             alt = (ran / 1e6 + thr) / dt if dt > 0 else 0.0
