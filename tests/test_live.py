@@ -4,6 +4,7 @@ tests/test_live_real.py runs the same against real cgroups and workloads."""
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -193,6 +194,38 @@ def test_recorder_follows_new_threads_and_keeps_one_interval_per_step(monkeypatc
     rec2.step(0.005, 0.0)
     assert rec2.steps[0][2] == pytest.approx(1.0)  # 5 ms wanted of 5, not 5 + a throttled share
     assert rec2.wanted_us(0.0, 0.005) == pytest.approx(5000)
+
+
+def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:
+    """Samples 1 ms apart, steps every 5: a step at the first sample, every 5th after the last
+    step, and at the first sample after nr_periods moved (which restarts the count); the thread
+    list is read again at the first step 10 samples after the last read (the recorder was
+    given it at sample 0), a failed read (the group gone) skipped."""
+    stepped: list[float] = []
+    listed: list[float] = []  # the step each follow() came before
+    calls = {"n": 0}
+
+    class Rec(ThreadRecorder):
+        def step(self, t: float, throttled_us: float) -> None:
+            stepped.append(round(t * 1000))
+
+        def follow(self, tids: list[int]) -> None:
+            listed.append(len(stepped))
+
+    def list_threads() -> list[int]:
+        calls["n"] += 1
+        if calls["n"] == 1:
+            raise BwlabError("gone")
+        return [1]
+
+    stepper = threads.Stepper.of(Rec([1]), list_threads, 0.001, 0.005)
+    assert (stepper.every, stepper.follow_every) == (5, 1000)
+    stepper.follow_every = 10
+    nr = [0] * 7 + [1] * 10 + [2] * 9  # boundaries at samples 7 and 17
+    for i, n in enumerate(nr):
+        stepper.feed(n, functools.partial(Sample, i / 1000, n, 0, 0.0, 0.0))
+    assert stepped == [0, 5, 7, 12, 17, 22]
+    assert calls["n"] == 2 and listed == [5]  # before the steps at 12 (failed: skipped) and 22
 
 
 def test_threads_taken_off_a_throttled_runqueue_still_want_it(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -434,7 +434,7 @@ def test_mixed_demand_per_period_truth(tmp_path: Path) -> None:
     for period in doc["per_period"]:
         if not period["throttled"]:
             continue
-        start, end = period["start"], period["start"] + 0.010 * period["periods"]
+        start, end = period["start"], period["end"]
         block = int((start - t0) // BLOCK_S)
         after, before = (start - t0) % BLOCK_S, BLOCK_S - (end - t0) % BLOCK_S
         if block != int((end - t0 - 1e-9) // BLOCK_S) or after < 0.020 or before < 0.010:

@@ -31,7 +31,6 @@ from bwlab.progress import console
 # at a 10 ms period did not find more below-quota periods (26 of 40 traced, against 39 of 48).
 THREAD_STEP_MIN_S = 0.005
 THREAD_STEP_MAX_S = 0.010
-FOLLOW_S = 1.0  # how often the group's thread list is read again (every 0.1 s cost 0.5 % of a CPU)
 
 # the what-if replays the whole recording, up to this long (bursty groups differ from one
 # 10 s stretch to the next as much as the prediction's tolerance)
@@ -78,27 +77,10 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     recorder = threads.ThreadRecorder(group.threads())
     tracer = ebpf.Tracer(recorder.tids) if traced else None
     step = min(THREAD_STEP_MAX_S, max(THREAD_STEP_MIN_S, group.effective.period_us / 1e6 / 2))
-    every = max(1, round(step / interval_s))
-
-    # the threads are read every `step` and at each period boundary (nr_periods moved since
-    # the last sample): their steps then end within a sample of the boundaries and little of a
-    # period's neighbour is weighed in it (with steps at a fixed 5 ms, wakelat's bursts at a
-    # 10 ms period were weighed 1.15-1.25 x what the trace found the threads wanted in the
-    # throttled periods beside periods of over-use)
-    last_index, last_periods, last_follow = -every, None, 0
-    follow_every = max(every, round(FOLLOW_S / interval_s))
+    stepper = threads.Stepper.of(recorder, group.threads, interval_s, step)
 
     def on_sample(index: int, stat: bytes, parse: Callable[[], Sample]) -> None:
-        nonlocal last_index, last_periods, last_follow
-        periods_now = sampler.nr_periods(stat)
-        if index - last_index >= every or periods_now != last_periods:
-            if index - last_follow >= follow_every:  # threads started since: read the list again
-                recorder.follow(group.threads())
-                last_follow = index
-            s = parse()
-            recorder.step(s.t, s.throttled_us)
-            last_index = index
-        last_periods = periods_now
+        stepper.feed(sampler.nr_periods(stat), parse)
 
     try:
         if tracer is not None:

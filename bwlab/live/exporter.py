@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import math
 import os
 import re
@@ -70,7 +71,7 @@ class Hot:
     due: float
     raws: list[tuple[float, bytes, bytes | None]] = field(default_factory=list)
     recorder: threads.ThreadRecorder | None = None
-    every: int = 1  # thread steps every this many samples
+    stepper: threads.Stepper | None = None  # when the recorder reads the threads
 
     def close(self) -> None:
         self.reader.close()
@@ -267,7 +268,8 @@ class Watcher:
         # On a grid of its interval from one epoch: groups of the same period are read in one
         # wake-up (each wake-up of this loop costs more than a read).
         due = (now // interval + 1) * interval
-        tr.hot = Hot(reader, interval, now + HOT_S, due, recorder=recorder, every=max(1, round(step / interval)))
+        stepper = threads.Stepper.of(recorder, tr.group.threads, interval, step)
+        tr.hot = Hot(reader, interval, now + HOT_S, due, recorder=recorder, stepper=stepper)
         tr.last_hot = now
         self.hot[path] = tr
 
@@ -288,10 +290,9 @@ class Watcher:
                     self._read_failed(path, tr, exc)
                     continue
                 hot.raws.append(raw)
-                if hot.recorder is not None and len(hot.raws) % hot.every == 0:
+                if hot.stepper is not None:
                     with contextlib.suppress(BwlabError):
-                        s = hot.reader.parse(raw)
-                        hot.recorder.step(s.t, s.throttled_us)
+                        hot.stepper.feed(sampler.nr_periods(raw[1]), functools.partial(hot.reader.parse, raw))
                 hot.due += hot.interval_s
                 if hot.due < now:  # fell behind: do not burst to catch up, stay on the grid
                     hot.due = (now // hot.interval_s + 1) * hot.interval_s
