@@ -67,6 +67,7 @@ class Watched:
     analysis: periods.Analysis
     recorder: threads.ThreadRecorder
     timer_late_us: list[float] | None = None  # traced: each period timer expiry's lateness
+    realtime: bool = False  # sampled at SCHED_FIFO (sampler.prompt)
 
 
 def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = False) -> Watched:
@@ -85,7 +86,8 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     try:
         if tracer is not None:
             tracer.wait_attached()
-        samples = sampler.sample(group, seconds, interval_s, on_sample)
+        with sampler.prompt() as realtime:
+            samples = sampler.sample(group, seconds, interval_s, on_sample)
         trace = tracer.stop() if tracer is not None else None
     finally:
         recorder.close()
@@ -96,11 +98,12 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         return Watched(
             periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us),
             recorder,
+            realtime=realtime,
         )
     expiries = trace.timer_of(periods.boundary_intervals(samples))
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
-    return Watched(analysis, recorder, trace.lateness_us(expiries, group.effective.period_us / 1e6))
+    return Watched(analysis, recorder, trace.lateness_us(expiries, group.effective.period_us / 1e6), realtime)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -141,6 +144,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
+    doc["sampling"]["realtime"] = watched.realtime
     if args.png:
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
@@ -191,7 +195,8 @@ def print_report(doc: dict[str, Any]) -> None:
     out.print(f"limit: {limit}")
     s = doc["sampling"]
     err = f", usage per period within ±{s['max_error_us']:.0f} us" if s["max_error_us"] is not None else ""
-    out.print(f"sampled every {s['interval_ms']:g} ms{err}")
+    prio = "" if s.get("realtime", True) else " (at normal priority, not allowed real-time: a sample can lag a tick)"
+    out.print(f"sampled every {s['interval_ms']:g} ms{err}{prio}")
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
     out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
