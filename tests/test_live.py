@@ -218,13 +218,15 @@ def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:
             raise BwlabError("gone")
         return [1]
 
-    stepper = threads.Stepper.of(Rec([1]), list_threads, 0.001, 0.005)
+    rec = Rec([1])
+    stepper = threads.Stepper.of(rec, list_threads, 0.001, 0.005)
     assert (stepper.every, stepper.follow_every) == (5, 1000)
     stepper.follow_every = 10
     nr = [0] * 7 + [1] * 10 + [2] * 9  # boundaries at samples 7 and 17
     for i, n in enumerate(nr):
         stepper.feed(n, functools.partial(Sample, i / 1000, n, 0, 0.0, 0.0))
     assert stepped == [0, 5, 7, 12, 17, 22]
+    assert rec.boundaries == pytest.approx([0.0065, 0.0165])  # half a sample before the one after
     assert calls["n"] == 2 and listed == [5]  # before the steps at 12 (failed: skipped) and 22
 
 
@@ -245,6 +247,26 @@ def test_threads_taken_off_a_throttled_runqueue_still_want_it(monkeypatch: pytes
     assert rec.wanted_us(0.005, 0.010) == pytest.approx(10000)
     assert rec.wanted_us(0.0, 0.0075) == pytest.approx(15000)  # a step is taken as even: 2 CPUs throughout
     assert rec.wanted_cpus(0.006, 0.007) == pytest.approx(2.0)
+
+
+def test_throttled_time_counted_after_a_boundary_is_reached_back_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Two threads on two CPUs run 5 ms, then 2 ms each before the boundary at 10 ms, off their
+    runqueues (throttled) for the last 3 ms; a remote runqueue's throttled time (6 ms on both)
+    is counted at 12 ms, a step after the boundary: it was wanted before the boundary, not
+    after it. Without the boundary it is reached back from the step's end (the old weighing)."""
+    reads = [{1: (0, 0), 2: (0, 0)}, {1: (5_000_000, 0), 2: (5_000_000, 0)},
+             {1: (7_000_000, 0), 2: (7_000_000, 0)}, {1: (9_000_000, 0), 2: (9_000_000, 0)}]  # fmt: skip
+    at = {"i": 0}
+    monkeypatch.setattr(threads, "read_schedstat", lambda tid, fds=None: reads[at["i"]].get(tid))
+    # without: the 3 ms per CPU reached back from 12 ms covers 1 ms of the second step
+    for boundary, expected in ((True, [2.0, 2.0, 2.0]), (False, [2.0, 1.2, 2.0])):
+        rec = ThreadRecorder([1, 2], ncpu=2)
+        for i, (t, throttled_us) in enumerate([(0.0, 0.0), (0.005, 0.0), (0.010, 0.0), (0.012, 6000.0)]):
+            at["i"] = i
+            if boundary and i == 2:
+                rec.boundaries.append(0.010)
+            rec.step(t, throttled_us)
+        assert [round(w, 2) for _, _, w in rec.wanting()] == expected, boundary
 
 
 def test_phase_fit_needs_agreement() -> None:

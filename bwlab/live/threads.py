@@ -17,10 +17,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bwlab.errors import BwlabError
-from bwlab.periods import Sample
+from bwlab.periods import SETTLE_S, Sample
 
 # a thread that was neither on a CPU nor waiting for one for all but this long of a step slept
 SLEPT_US = 100.0
+
 
 FOLLOW_S = 1.0  # how often the group's thread list is read again (every 0.1 s cost 0.5 % of a CPU)
 
@@ -67,6 +68,7 @@ class ThreadRecorder:
     interval_steps: int = 0  # steps since the intervals were last cleared (forget_before)
     ran_us: list[float] = field(default_factory=list)  # per step: what the threads ran, together
     active: list[int] = field(default_factory=list)  # per step: threads that ran or waited
+    boundaries: list[float] = field(default_factory=list)  # period boundaries seen (Stepper), in order
     _wanting: list[tuple[float, float, float]] = field(default_factory=list)  # wanting(), cached
     _wanting_key: tuple[int, int, float] | None = None
     _wanting_ends: list[float] = field(default_factory=list)
@@ -156,6 +158,7 @@ class ThreadRecorder:
         self.ran_us = [self.ran_us[i] for i in kept]
         self.active = [self.active[i] for i in kept]
         self.throttled = [s for s in self.throttled if s[1] >= t]
+        self.boundaries = [b for b in self.boundaries if b >= t - SETTLE_S]
         self.spent = {tid: [s for s in steps if s[1] >= t] for tid, steps in self.spent.items()}
         self.intervals.clear()
         self.interval_steps = 0
@@ -215,12 +218,22 @@ class ThreadRecorder:
         (6.18 dequeues a throttled task when it returns to user space) counts nothing, while
         the runqueue's throttled time goes on (wakelat's bursts at 100 ms: whole periods the
         trace saw at 2 CPUs wanted came to 1.9 by run plus run delay). The throttled time is
-        counted at the unthrottle: it is spread back from there over its length on every CPU."""
+        counted at the unthrottle: it is spread back from there over its length on every CPU,
+        from the period boundary it was counted after if one lies in its step or just before
+        (an unthrottle by the period timer; a runqueue on another CPU is counted up to a tick
+        later, in the next step: spread back from that step's end, wakelat's bursts at 100 ms
+        had the last 10 ms of a period weighed at 1.0-1.2 CPUs that the trace saw at 2)."""
         key = (len(self.steps), len(self.throttled), self.steps[0][0] if self.steps else 0.0)
         if self._wanting_key == key:
             return self._wanting
         cpus = float(max(1, self.ncpu))
-        stops = [(b - us / 1e6 / cpus, b) for _, b, us in self.throttled if us > 0]  # every CPU stopped
+        stops = []  # every CPU stopped
+        for a, b, us in self.throttled:
+            if us > 0:
+                i = bisect.bisect_right(self.boundaries, b) - 1
+                end = self.boundaries[i] if i >= 0 and self.boundaries[i] > a - SETTLE_S else b
+                stops.append((end - us / 1e6 / cpus, end))
+        stops.sort(key=lambda s: s[1])
         longest = max((y - x for x, y in stops), default=0.0)  # stops end in order, start nearly so
         out = []
         j0 = 0
@@ -327,6 +340,7 @@ class Stepper:
     list_threads: Callable[[], list[int]]  # the group's threads now; may raise BwlabError
     every: int
     follow_every: int
+    interval_s: float = 0.0  # between samples: a boundary is placed half of it before the sample after it
     count: int = 0  # samples fed
     last_step: int | None = None
     last_follow: int = 0
@@ -337,7 +351,7 @@ class Stepper:
            step_s: float) -> Stepper:  # fmt: skip
         """Steps every `step_s` of samples `interval_s` apart, the list read every FOLLOW_S."""
         every = max(1, round(step_s / interval_s))
-        return cls(recorder, list_threads, every, max(every, round(FOLLOW_S / interval_s)))
+        return cls(recorder, list_threads, every, max(every, round(FOLLOW_S / interval_s)), interval_s)
 
     def feed(self, nr_periods: int | None, parse: Callable[[], Sample]) -> None:
         """One sample: its nr_periods (read cheaply from the raw text) and how to parse it
@@ -354,5 +368,7 @@ class Stepper:
             except BwlabError:  # the group went away: its counters' reader says so
                 pass
         s = parse()
+        if boundary:
+            self.recorder.boundaries.append(s.t - self.interval_s / 2)
         self.recorder.step(s.t, s.throttled_us)
         self.last_step = index
