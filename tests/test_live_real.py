@@ -108,7 +108,8 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     15 workers per CPU, quota 0.875 x CPUs per 100 ms): over-use in its peaks while its average
     stays below the quota. doctor says so (cause "bursty"), sizes a burst from what it leaves
     unused, and predicts throttling as it is and with that burst, each within the issue's
-    tolerance of what is measured, as it is and after tune applied the burst.
+    tolerance of what is measured: as it is (while doctor watched), and after tune applied the
+    burst (its counters, unwatched: what the replay predicts).
 
     The same arrivals both times (wakelat -R): what a burst does to bursts depends on which
     bursts come (host, 50 ms burst: seed 1 31 -> 10 %, seed 2 27 -> 2.5 %, each the same on a
@@ -131,14 +132,19 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         as_is = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
         env = {"BWLAB_CACHE": str(tmp_path)}
         assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
+        # measured as the prediction predicts it: the group unwatched, its counters over the same
+        # 20 s of the same arrivals (doctor's watching lowered this group's throttled periods
+        # with the burst from 13.8 +- 0.6 % in 18 unwatched runs to 11.5 +- 1.0 % in 7: docs/live.md)
         with started_in(grp, argv):
             time.sleep(1)
-            tuned_doc = doctor(grp, 20, "--no-predict")
-        tuned = 100 * int(tuned_doc["throttled"]) / int(tuned_doc["periods"])  # type: ignore[call-overload]
+            before = grp.read_stat()
+            time.sleep(20)
+            d = cpustat.delta(before, grp.read_stat())
+        tuned = 100 * d["nr_throttled"] / d["nr_periods"]
         print(f"bursty: as it is {as_is:.1f} % (predicted {predicted['as it is']:.1f} %), burst {burst} us "
               f"{tuned:.1f} % (predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
         # the issue's tolerance: 20 % of the measured share, or 3 points below 15 % (host, 2026-11-24:
-        # as it is 33.7 % measured, 35.5 predicted; tuned about 12.5 measured, 14.1 predicted)
+        # as it is 33.7 % measured, 35.5 predicted; tuned 13.0-14.5 measured unwatched, 13.4-14.1 predicted)
         assert abs(predicted["as it is"] - as_is) <= max(3.0, 0.2 * as_is), (as_is, predicted)
         assert abs(predicted[f"burst {burst} us"] - tuned) <= max(3.0, 0.2 * tuned), (tuned, predicted)
         assert tuned <= 0.5 * as_is, (as_is, tuned)
