@@ -2,8 +2,9 @@
 limited groups with `top` at its defaults, < 3 % for `doctor`'s 1 ms sampling of one group).
 
 `doctor` is measured on an idle group and on one running wakelat's bursts (the `burst`
-scenario's shape: 30 workers, quota 1.75 CPUs per 100 ms), whose threads it reads twice a
-period and at each boundary.
+scenario's shape: 30 workers, quota 1.75 CPUs per 100 ms), whose threads it reads every 10 ms
+and at each boundary; on the busy group also with --sparse (counters read only around the
+boundaries and at the threads' steps, not every 1 ms).
 
 Each tool runs twice, short and long, as a child process; its CPU time (user + system, from
 the kernel's accounting of the child) is read after it exits, and the difference between the
@@ -88,6 +89,8 @@ def main() -> None:
         with bursts() as busy:
             doctor_busy = cost(lambda s: [*bwlab, "doctor", busy, "--seconds", str(s), "--no-predict"], 1.0,
                                args.seconds)  # fmt: skip
+            sparse_busy = cost(lambda s: [*bwlab, "doctor", busy, "--seconds", str(s), "--no-predict", "--sparse"],
+                               1.0, args.seconds)  # fmt: skip
     finally:
         for grp in made:
             grp.remove()
@@ -95,6 +98,7 @@ def main() -> None:
     print(f"top, {args.groups} limited groups, every 2 s: {top:.2f} % of one CPU")
     print(f"doctor, one idle group, every 1 ms: {doctor:.2f} % of one CPU")
     print(f"doctor, one group of 30 threads in bursts, every 1 ms: {doctor_busy:.2f} % of one CPU")
+    print(f"doctor --sparse (around the boundaries), the same group: {sparse_busy:.2f} % of one CPU")
 
 
 if __name__ == "__main__":

@@ -203,6 +203,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER", help="a cgroup path, a PID, or a container/pod ID prefix")
     p.add_argument("--seconds", type=float, default=10.0, help="how long to watch (default 10)")
     p.add_argument("--interval-ms", type=float, default=1.0, help="sampling interval (default 1 ms)")
+    p.add_argument("--sparse", action="store_true",
+                   help="read only around each period boundary and at the threads' steps: a third of the CPU, "
+                        "but it changed the throttling of groups at demand == quota (docs/live.md)")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (- for stdout only)")
     p.add_argument("--png", metavar="FILE", help="a timeline: usage, throttled time and verdict per period")
     p.add_argument("--no-predict", action="store_true", help="skip the simulator's what-if")

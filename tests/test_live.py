@@ -4,6 +4,7 @@ tests/test_live_real.py runs the same against real cgroups and workloads."""
 
 from __future__ import annotations
 
+import bisect
 import functools
 import random
 from pathlib import Path
@@ -196,11 +197,59 @@ def test_recorder_follows_new_threads_and_keeps_one_interval_per_step(monkeypatc
     assert rec2.wanted_us(0.0, 0.005) == pytest.approx(5000)
 
 
+@pytest.mark.parametrize(("period_ms", "step_ms"), [(10, 5), (100, 10), (50, 10)])
+def test_schedule_reads_each_boundary_closely_and_little_else(period_ms: int, step_ms: int) -> None:
+    """A period timer at phase 3.3 ms, every tenth expiry 0.48 ms late (seen on this host),
+    stopped for 1 s (an idle group: restarted on the same phase), then moved to another phase
+    (the quota rewritten); reads come up to 50 us late. Once the phase is known, each boundary
+    lies between two reads at most a read's interval (and the lateness) apart; it is known
+    again by the third boundary after the restart and after the move; between boundaries the
+    reads come at the steps, so a period has 2 + period / step reads, not period / 1 ms."""
+    period, step, interval = period_ms / 1000, step_ms / 1000, 0.001
+    rng = random.Random(1)
+    phase, idle, moved_at, moved_phase, end = 0.0033, (3.0, 4.0), 6.0, 0.0071, 9.0
+    expiries = []
+    k = 0
+    while (b := phase + k * period) < end:
+        if not idle[0] <= b < idle[1]:
+            expiries.append(b + (0.00048 if k % 10 == 9 else 0.0) if b < moved_at else None)
+        k += 1
+    expiries = [e for e in expiries if e is not None]
+    k = 0
+    while (b := moved_phase + k * period) < end:
+        if b >= moved_at:
+            expiries.append(b)
+        k += 1
+    expiries.sort()
+    sched = sampler.Schedule.of(interval, period, step)
+    assert sched is not None
+    reads = []
+    t = 0.0
+    while t < end:
+        reads.append(t)
+        due = sched.after(t, bisect.bisect_right(expiries, t))
+        t = max(due, t + 1e-6) + rng.uniform(0, 50e-6)
+    # the boundaries that must be read closely: not the first two, nor two after the restart or the move
+    skip = set(expiries[:2])
+    for start in (idle[1], moved_at):
+        skip |= set([e for e in expiries if e >= start][:2])
+    for e in expiries:
+        if e in skip or e > reads[-1]:
+            continue
+        i = bisect.bisect_left(reads, e)
+        assert reads[i] - reads[i - 1] <= interval + 0.0006, (e, reads[i - 1], reads[i])
+    busy = [r for r in reads if 1.0 <= r < 3.0]  # locked, the timer running
+    per_period = len(busy) / (2.0 / period)
+    assert per_period <= 2 + period / step + 0.2, per_period
+    idle_reads = [r for r in reads if idle[0] + 0.1 <= r < idle[1]]
+    assert len(idle_reads) <= 1.0 / step + 1  # no boundary to find: a read per step
+
+
 def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:
-    """Samples 1 ms apart, steps every 5: a step at the first sample, every 5th after the last
-    step, and at the first sample after nr_periods moved (which restarts the count); the thread
-    list is read again at the first step 10 samples after the last read (the recorder was
-    given it at sample 0), a failed read (the group gone) skipped."""
+    """Reads 1 ms apart, steps every 5 ms: a step at the first read, 5 ms after the last step,
+    and at the first read after nr_periods moved (which restarts the rhythm); the thread list
+    is read again at the first step 10 ms after it was last read (the recorder was given it at
+    the start), a failed read (the group gone) skipped."""
     stepped: list[float] = []
     listed: list[float] = []  # the step each follow() came before
     calls = {"n": 0}
@@ -220,11 +269,11 @@ def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:
 
     rec = Rec([1])
     stepper = threads.Stepper.of(rec, list_threads, 0.001, 0.005)
-    assert (stepper.every, stepper.follow_every) == (5, 1000)
-    stepper.follow_every = 10
+    assert (stepper.step_s, stepper.slack_s, stepper.follow_s) == (0.005, 0.0005, threads.FOLLOW_S)
+    stepper.follow_s = 0.010
     nr = [0] * 7 + [1] * 10 + [2] * 9  # boundaries at samples 7 and 17
     for i, n in enumerate(nr):
-        stepper.feed(n, functools.partial(Sample, i / 1000, n, 0, 0.0, 0.0))
+        stepper.feed(i / 1000, n, functools.partial(Sample, i / 1000, n, 0, 0.0, 0.0))
     assert stepped == [0, 5, 7, 12, 17, 22]
     assert rec.boundaries == pytest.approx([0.0065, 0.0165])  # half a sample before the one after
     assert calls["n"] == 2 and listed == [5]  # before the steps at 12 (failed: skipped) and 22

@@ -103,6 +103,26 @@ def test_twice_the_quota_is_at_quota() -> None:
         assert isinstance(diag, dict) and diag["verdict"] == "at-quota" and diag["commands"] == []
 
 
+def test_sparse_reads_bracket_each_boundary_with_a_third_of_the_reads() -> None:
+    """--sparse at twice the quota (a 10 ms period, every period over-used whatever doctor's
+    reads do to the group): the counters are read around each boundary and at the threads'
+    5 ms steps, at most 3.5 times a period rather than 10; 95 % of the periods' usage as
+    closely attributed as with reads every millisecond (this host: 1.5 ms of CPU time, every
+    ms 2.0); every period over-use, as reading every millisecond finds."""
+    seconds = 4
+    with loaded_group(10000, NCPU / 2, NCPU, 40) as grp:
+        doc = doctor(grp, seconds, "--sparse", "--no-predict")
+    sampling = doc["sampling"]
+    assert isinstance(sampling, dict) and sampling["around_boundaries"] is True
+    periods, throttled = int(doc["periods"]), int(doc["throttled"])  # type: ignore[call-overload]
+    assert periods >= 0.9 * seconds * 100 and int(sampling["reads"]) <= 3.5 * seconds * 100, sampling
+    errors = sorted(float(p["error_us"]) for p in doc["per_period"])  # type: ignore[attr-defined]
+    # a period's usage error: half of each of its two boundaries' brackets (or of the phase
+    # window fitted to them), times the CPUs: at most NCPU x 1 ms with 1 ms brackets
+    assert errors[int(0.95 * len(errors))] <= NCPU * 1000, errors[-20:]
+    assert throttled > 0.9 * periods and int(doc["at_quota"]) >= 0.95 * throttled, doc  # type: ignore[call-overload]
+
+
 def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> None:
     """The `burst` scenario's shape (wakelat: Poisson 50 ms requests at 12.5 per CPU per second,
     15 workers per CPU, quota 0.875 x CPUs per 100 ms): over-use in its peaks while its average

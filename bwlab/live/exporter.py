@@ -292,7 +292,7 @@ class Watcher:
                 hot.raws.append(raw)
                 if hot.stepper is not None:
                     with contextlib.suppress(BwlabError):
-                        hot.stepper.feed(sampler.nr_periods(raw[1]), functools.partial(hot.reader.parse, raw))
+                        hot.stepper.feed(raw[0], sampler.nr_periods(raw[1]), functools.partial(hot.reader.parse, raw))
                 hot.due += hot.interval_s
                 if hot.due < now:  # fell behind: do not burst to catch up, stay on the grid
                     hot.due = (now // hot.interval_s + 1) * hot.interval_s

@@ -327,48 +327,49 @@ class ThreadRecorder:
 
 @dataclass
 class Stepper:
-    """When a recorder reads its threads, fed the group's samples as they come: every `every`
-    samples and on the first sample after a period boundary (nr_periods moved), so that steps
-    end within a sample of the boundaries and little of a period's neighbour is weighed in it
+    """When a recorder reads its threads, fed the group's counter reads as they come: every
+    `step_s` and on the first read after a period boundary (nr_periods moved), so that steps
+    end within a read of the boundaries and little of a period's neighbour is weighed in it
     (with steps at a fixed 5 ms, wakelat's bursts at a 10 ms period were weighed 1.15-1.25 x
     what the trace found the threads wanted in throttled periods beside periods of over-use).
-    The group's thread list is read again every `follow_every` samples (threads started since:
-    an in-process run begun before wakelat had all its threads saw periods of 180 ms usage with
+    The group's thread list is read again every `follow_s` (threads started since: an
+    in-process run begun before wakelat had all its threads saw periods of 180 ms usage with
     no thread wanting). doctor and the exporter's hot groups both step through one."""
 
     recorder: ThreadRecorder
     list_threads: Callable[[], list[int]]  # the group's threads now; may raise BwlabError
-    every: int
-    follow_every: int
-    interval_s: float = 0.0  # between samples: a boundary is placed half of it before the sample after it
-    count: int = 0  # samples fed
-    last_step: int | None = None
-    last_follow: int = 0
+    step_s: float
+    slack_s: float = 0.0  # a step comes this much early rather than a read late (half a read's interval)
+    follow_s: float = FOLLOW_S
+    last_t: float | None = None  # the last read
+    last_step: float | None = None
+    last_follow: float | None = None
     last_periods: int | None = None
 
     @classmethod
     def of(cls, recorder: ThreadRecorder, list_threads: Callable[[], list[int]], interval_s: float,
            step_s: float) -> Stepper:  # fmt: skip
-        """Steps every `step_s` of samples `interval_s` apart, the list read every FOLLOW_S."""
-        every = max(1, round(step_s / interval_s))
-        return cls(recorder, list_threads, every, max(every, round(FOLLOW_S / interval_s)), interval_s)
+        """Steps every `step_s` of reads about `interval_s` apart, the list read every FOLLOW_S."""
+        return cls(recorder, list_threads, step_s, interval_s / 2)
 
-    def feed(self, nr_periods: int | None, parse: Callable[[], Sample]) -> None:
-        """One sample: its nr_periods (read cheaply from the raw text) and how to parse it
-        (only done when the threads are stepped)."""
-        index, self.count = self.count, self.count + 1
+    def feed(self, t: float, nr_periods: int | None, parse: Callable[[], Sample]) -> None:
+        """One read at monotonic time `t`: its nr_periods (read cheaply from the raw text) and
+        how to parse it (only done when the threads are stepped)."""
+        prev, self.last_t = self.last_t, t
         boundary = nr_periods != self.last_periods and self.last_step is not None
         self.last_periods = nr_periods
-        if not (self.last_step is None or boundary or index - self.last_step >= self.every):
+        if not (self.last_step is None or boundary or t - self.last_step >= self.step_s - self.slack_s):
             return
-        if index - self.last_follow >= self.follow_every:
-            self.last_follow = index
+        if self.last_follow is None:
+            self.last_follow = t  # the recorder was made with the list
+        elif t - self.last_follow >= self.follow_s - self.slack_s:
+            self.last_follow = t
             try:
                 self.recorder.follow(self.list_threads())
             except BwlabError:  # the group went away: its counters' reader says so
                 pass
         s = parse()
-        if boundary:
-            self.recorder.boundaries.append(s.t - self.interval_s / 2)
+        if boundary and prev is not None:
+            self.recorder.boundaries.append((prev + t) / 2)  # between the reads either side
         self.recorder.step(s.t, s.throttled_us)
-        self.last_step = index
+        self.last_step = t
