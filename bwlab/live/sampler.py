@@ -5,9 +5,12 @@ read does not shift the ones after it."""
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import functools
 import math
 import os
+import struct
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -187,26 +190,45 @@ class Schedule:
         return t + self.interval_s
 
 
+SYS_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}.get(os.uname().machine)
+SHORT_SLICE_NS = 100_000  # the least the kernel allows (6.12 and later)
+
+
+def _set_slice(slice_ns: int) -> None:
+    """The calling thread's fair-class slice (sched_setattr's sched_runtime, nice 0); OSError if
+    the kernel or the machine has none."""
+    if SYS_SCHED_SETATTR is None:
+        raise OSError(errno.ENOSYS, "no sched_setattr for this machine")
+    libc = ctypes.CDLL(None, use_errno=True)
+    # struct sched_attr, version 1 (56 bytes): size, policy, flags, nice, priority, runtime, ...
+    attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQII", 56, os.SCHED_OTHER, 0, 0, 0, slice_ns, 0, 0, 0, 0))
+    if libc.syscall(SYS_SCHED_SETATTR, 0, attr, 0) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, os.strerror(err))
+
+
 @contextlib.contextmanager
 def prompt() -> Iterator[bool]:
-    """The calling thread at SCHED_FIFO priority 1 inside, if it may be (root, CAP_SYS_NICE);
-    yields whether it is. At normal priority a sampler that wakes while the group's threads
-    hold every CPU waits for a tick: wakelat's bursts at 1 CPU per 10 ms on this host's two
-    CPUs (6.18, HZ=250) left a 3 ms hole in the 1 ms samples at one boundary in eight, just as
-    the refilled group ran on both CPUs, and the thread step meant to end at the boundary
-    ended 3 ms into the next period (its wanting averaged over both: docs/live.md). A sampler
-    costs 3 % of a CPU: at the lowest real-time priority it delays the group by microseconds."""
+    """The calling thread with the shortest fair slice inside, if the kernel has slices (6.12
+    and later; EEVDF lets a waking task with a shorter slice preempt the running one); yields
+    whether it has. With the default slice a sampler that wakes while the group's threads hold
+    every CPU waits for a tick: wakelat's bursts at 1 CPU per 10 ms on this host's two CPUs
+    (6.18, HZ=250) left a 3 ms hole in the 1 ms samples at one boundary in eight, just as the
+    refilled group ran on both CPUs, and the thread step meant to end at the boundary ended
+    3 ms into the next period. Not SCHED_FIFO, which closed the holes too: a real-time task
+    wakes on the CPU it last ran on rather than an idle one, and took its 3 % from the group's
+    only thread (mixed.c's one busy process at a 1-CPU quota: throttled in none of its
+    periods in 3 of 8 runs, where unwatched or at normal priority it is in about half)."""
     try:
-        old = os.sched_getscheduler(0), os.sched_getparam(0)
-        os.sched_setscheduler(0, os.SCHED_FIFO, os.sched_param(1))
-    except OSError:  # not allowed: sample at normal priority, and say so
+        _set_slice(SHORT_SLICE_NS)
+    except OSError:  # an older kernel: sample with the default slice, and say so
         yield False
         return
     try:
         yield True
     finally:
         with contextlib.suppress(OSError):
-            os.sched_setscheduler(0, old[0], old[1])
+            _set_slice(0)  # 0: the default slice again
 
 
 def sample(group: LiveGroup, seconds: float, interval_s: float,
