@@ -113,7 +113,7 @@ def test_sparse_reads_bracket_each_boundary_with_a_third_of_the_reads() -> None:
     with loaded_group(10000, NCPU / 2, NCPU, 40) as grp:
         doc = doctor(grp, seconds, "--sparse", "--no-predict")
     sampling = doc["sampling"]
-    assert isinstance(sampling, dict) and sampling["around_boundaries"] is True
+    assert isinstance(sampling, dict) and sampling["around_boundaries"] is True and sampling["short_slice"] is True
     periods, throttled = int(doc["periods"]), int(doc["throttled"])  # type: ignore[call-overload]
     assert periods >= 0.9 * seconds * 100 and int(sampling["reads"]) <= 3.5 * seconds * 100, sampling
     errors = sorted(float(p["error_us"]) for p in doc["per_period"])  # type: ignore[attr-defined]

@@ -67,7 +67,7 @@ class Watched:
     analysis: periods.Analysis
     recorder: threads.ThreadRecorder
     timer_late_us: list[float] | None = None  # traced: each period timer expiry's lateness
-    realtime: bool = False  # sampled at SCHED_FIFO (sampler.prompt)
+    short_slice: bool = False  # sampled with the shortest fair slice (sampler.prompt)
     scheduled: bool = False  # read around the boundaries (sampler.Schedule), not every interval
     reads: int = 0  # of the counters
 
@@ -94,7 +94,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     try:
         if tracer is not None:
             tracer.wait_attached()
-        with sampler.prompt() as realtime:
+        with sampler.prompt() as short_slice:
             samples = sampler.sample(group, seconds, interval_s, on_sample, schedule)
         trace = tracer.stop() if tracer is not None else None
     finally:
@@ -105,12 +105,12 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     if trace is None:
         analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus,
                                    recorder.wanted_us)  # fmt: skip
-        return Watched(analysis, recorder, None, realtime, schedule is not None, len(samples))
+        return Watched(analysis, recorder, None, short_slice, schedule is not None, len(samples))
     expiries = trace.timer_of(periods.boundary_intervals(samples))
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
     late = trace.lateness_us(expiries, group.effective.period_us / 1e6)
-    return Watched(analysis, recorder, late, realtime, schedule is not None, len(samples))
+    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples))
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -151,7 +151,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
-    doc["sampling"].update(realtime=watched.realtime, around_boundaries=watched.scheduled, reads=watched.reads)
+    doc["sampling"].update(short_slice=watched.short_slice, around_boundaries=watched.scheduled, reads=watched.reads)
     if args.png:
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
@@ -202,7 +202,7 @@ def print_report(doc: dict[str, Any]) -> None:
     out.print(f"limit: {limit}")
     s = doc["sampling"]
     err = f", usage per period within ±{s['max_error_us']:.0f} us" if s["max_error_us"] is not None else ""
-    prio = "" if s.get("realtime", True) else " (at normal priority, not allowed real-time: a sample can lag a tick)"
+    prio = "" if s.get("short_slice", True) else " (default slice, a kernel before 6.12: a read can lag a tick)"
     how = (f"read {s['reads']} times, within {s['interval_ms']:g} ms of each boundary" if s.get("around_boundaries")
            else f"read every {s['interval_ms']:g} ms")  # fmt: skip
     out.print(f"{how}{err}{prio}")
