@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import os
 import random
 from pathlib import Path
 
@@ -243,6 +244,25 @@ def test_schedule_reads_each_boundary_closely_and_little_else(period_ms: int, st
     assert per_period <= 2 + period / step + 0.2, per_period
     idle_reads = [r for r in reads if idle[0] + 0.1 <= r < idle[1]]
     assert len(idle_reads) <= 1.0 / step + 1  # no boundary to find: a read per step
+
+
+def _slice_and_nice() -> tuple[str | None, int]:
+    text = Path("/proc/thread-self/sched").read_text()
+    found = [line.split()[-1] for line in text.splitlines() if line.startswith("se.slice")]
+    return (found[0] if found else None), os.getpriority(os.PRIO_PROCESS, 0)
+
+
+def test_prompt_gives_the_thread_the_short_slice_then_its_own_back() -> None:
+    """Inside prompt() the calling thread has a 100 us slice where the kernel has slices (it
+    says whether), its nice kept; after it, the slice it had."""
+    before = _slice_and_nice()
+    with sampler.prompt() as short:
+        inside = _slice_and_nice()
+        if short:
+            assert inside == (str(sampler.SHORT_SLICE_NS), before[1])
+        else:
+            assert inside == before
+    assert _slice_and_nice() == before
 
 
 def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:

@@ -195,13 +195,18 @@ SHORT_SLICE_NS = 100_000  # the least the kernel allows (6.12 and later)
 
 
 def _set_slice(slice_ns: int) -> None:
-    """The calling thread's fair-class slice (sched_setattr's sched_runtime, nice 0); OSError if
-    the kernel or the machine has none."""
+    """The calling thread's fair-class slice (sched_setattr's sched_runtime; 0: the default),
+    its policy and nice kept; OSError if the kernel or the machine has none, or the thread is
+    not SCHED_OTHER (batch or idle: left as the user ran it)."""
     if SYS_SCHED_SETATTR is None:
         raise OSError(errno.ENOSYS, "no sched_setattr for this machine")
+    if os.sched_getscheduler(0) != os.SCHED_OTHER:
+        raise OSError(errno.EINVAL, "not SCHED_OTHER")
+    nice = os.getpriority(os.PRIO_PROCESS, 0)  # Linux: the calling thread's
     libc = ctypes.CDLL(None, use_errno=True)
     # struct sched_attr, version 1 (56 bytes): size, policy, flags, nice, priority, runtime, ...
-    attr = ctypes.create_string_buffer(struct.pack("IIQiIQQQII", 56, os.SCHED_OTHER, 0, 0, 0, slice_ns, 0, 0, 0, 0))
+    attr = ctypes.create_string_buffer(
+        struct.pack("IIQiIQQQII", 56, os.SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0))  # fmt: skip
     if libc.syscall(SYS_SCHED_SETATTR, 0, attr, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
