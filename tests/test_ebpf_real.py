@@ -86,9 +86,9 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
 
     The length, not the nominal period: a boundary off the timer's phase stretches one period
     and shortens the next (this VM, 2026-11-24: in one of 25 3-s runs every tenth boundary was
-    0.48 ms late, periods of 10.48 then 9.52 ms, demand 1.048 then 0.952 x the quota; CI saw a
-    period more than 5 % off), and the verdict weighs the quota over the stretched window
-    (periods.analyze)."""
+    0.48 ms late, periods of 10.48 then 9.52 ms, demand 1.048 then 0.952 x the quota; in CI one
+    period was more than half a period off), and the verdict weighs the quota over the
+    stretched window (periods.analyze)."""
     period = 10_000
     for threads, quota_cpus, share, verdict in ((NCPU, NCPU, 1.0, "below"), (NCPU, NCPU / 2, 2.0, "at")):
         quota = round(quota_cpus * period)
@@ -100,7 +100,11 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         # demand over what the threads could run in the period, had nothing stopped them
         shares = [float(p["demand_us"]) / (min(threads, NCPU) * (float(p["end"]) - float(p["start"])) * 1e6)  # type: ignore[arg-type]
                   for p in found]  # fmt: skip
-        assert all(abs(float(p["end"]) - float(p["start"]) - period / 1e6) < period / 2e6 for p in found), found[:3]  # type: ignore[arg-type]
+        # the boundaries are the timer's expiries: nearly all a period apart; a timer that fires
+        # late (by half a period once in CI, 2026-11-24) stretches one period and shortens the next
+        lengths = [(float(p["end"]) - float(p["start"])) * 1e6 for p in found]  # type: ignore[arg-type]
+        off = [round(n) for n in lengths if abs(n - period) > 0.05 * period]
+        assert len(off) <= max(2, 0.05 * len(found)), (len(found), off[:10])
         near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread

@@ -88,7 +88,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
 
     # read around each boundary and at the threads' steps only: the wake-ups are most of
     # doctor's cost, but reads at a fixed phase to the period changed the throttling of
-    # sysbench at demand == quota from 50 % of periods to 2-40 % (reads every interval: none)
+    # sysbench at demand == quota from 50 % of periods to 2-47 % (reads every interval: none)
     schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, step) if sparse else None
 
     try:
@@ -102,14 +102,11 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         if tracer is not None:
             tracer.close()
     cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
-    if trace is None:
-        analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus,
-                                   recorder.wanted_us)  # fmt: skip
-        return Watched(analysis, recorder, None, short_slice, schedule is not None, len(samples))
-    expiries = trace.timer_of(periods.boundary_intervals(samples))
+    expiries = trace.timer_of(periods.boundary_intervals(samples)) if trace is not None else None
+    demand = (lambda a, b: trace.demand_us(a, b, cpus)) if trace is not None else None
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
-                               expiries, lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
-    late = trace.lateness_us(expiries, group.effective.period_us / 1e6)
+                               expiries, demand)  # fmt: skip
+    late = trace.lateness_us(expiries or [], group.effective.period_us / 1e6) if trace is not None else None
     return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples))
 
 

@@ -192,6 +192,7 @@ class Schedule:
 
 SYS_SCHED_SETATTR = {"x86_64": 314, "aarch64": 274}.get(os.uname().machine)
 SHORT_SLICE_NS = 100_000  # the least the kernel allows (6.12 and later)
+LIBC = ctypes.CDLL(None, use_errno=True)  # the process's C library, for syscall()
 
 
 def _set_slice(slice_ns: int) -> None:
@@ -203,11 +204,10 @@ def _set_slice(slice_ns: int) -> None:
     if os.sched_getscheduler(0) != os.SCHED_OTHER:
         raise OSError(errno.EINVAL, "not SCHED_OTHER")
     nice = os.getpriority(os.PRIO_PROCESS, 0)  # Linux: the calling thread's
-    libc = ctypes.CDLL(None, use_errno=True)
     # struct sched_attr, version 1 (56 bytes): size, policy, flags, nice, priority, runtime, ...
     attr = ctypes.create_string_buffer(
         struct.pack("IIQiIQQQII", 56, os.SCHED_OTHER, 0, nice, 0, slice_ns, 0, 0, 0, 0))  # fmt: skip
-    if libc.syscall(SYS_SCHED_SETATTR, 0, attr, 0) != 0:
+    if LIBC.syscall(SYS_SCHED_SETATTR, 0, attr, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, os.strerror(err))
 
