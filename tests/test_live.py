@@ -390,9 +390,15 @@ def test_sampler_reads_a_tree_and_says_what_is_wrong(tmp_path: Path) -> None:
 def test_trace_parse_demand_and_lateness() -> None:
     """bpftrace's map dump, out of order: a thread that wanted a CPU from the start until it
     slept at 1.004 s, one woken at 1.002 s and preempted (still wanting) until the end; the
-    timer of another group is told apart by its address."""
+    timer of another group is told apart by its address. A thread's first event decides its
+    state at the start, not /proc's: 13, not shown runnable (throttled), was switched out
+    first: wanting from the start; 14, shown runnable, was woken first: asleep until then; 15,
+    no event, as /proc said."""
     text = "\n".join([
         "Attaching 4 probes...",
+        "@s[0, 8]: (1006000000, 13, 1)",  # tid 13 switched out asleep, its first event
+        "@w[1, 9]: (1007000000, 14)",  # tid 14 woken, its first event
+        "@s[1, 10]: (1008000000, 14, 1)",
         "@s[1, 7]: (1004000000, 11, 1)",  # tid 11 switched out asleep (S)
         "@w[0, 3]: (1002000000, 12)",  # tid 12 woken
         "@s[0, 4]: (1003000000, 12, 256)",  # tid 12 preempted (TASK_REPORT_MAX): still wants
@@ -401,9 +407,11 @@ def test_trace_parse_demand_and_lateness() -> None:
         "@p[0, 5]: (1005000000, 8192)",
         "@x[0, 1]: 3",
     ])  # fmt: skip
-    trace = ebpf.parse(text, 1.0, 1.010, {11: True, 12: False})
+    trace = ebpf.parse(text, 1.0, 1.010, {11: True, 12: False, 13: False, 14: True, 15: True})
     assert trace.timers == {4096: [1.0, 1.0100005], 8192: [1.005]}
-    assert trace.wanting == {11: [(1.0, 1.004)], 12: [(1.002, 1.010)]}
+    assert trace.wanting == {11: [(1.0, 1.004)], 12: [(1.002, 1.010)], 13: [(1.0, 1.006)], 14: [(1.007, 1.008)],
+                             15: [(1.0, 1.010)]}  # fmt: skip
+    del trace.wanting[13], trace.wanting[14], trace.wanting[15]
     assert trace.demand_us(1.0, 1.010, cpus=2) == pytest.approx(4000 + 8000)
     assert trace.demand_us(1.0, 1.010, cpus=1) == pytest.approx(4000 + 6000)  # overlap 1.002-1.004 counts once
     assert trace.timer_of([(0.9995, 1.0003), (1.0095, 1.0102)]) == [1.0, 1.0100005]

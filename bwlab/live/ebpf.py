@@ -148,7 +148,13 @@ def _thread_running(tid: int) -> bool:
 
 
 def parse(text: str, start: float, end: float, initially: dict[int, bool]) -> Trace:
-    """The events bpftrace printed; `initially` says which threads wanted a CPU when it attached."""
+    """The events bpftrace printed. A thread's first event says whether it wanted a CPU when
+    the trace began: switched out first, it was on a CPU or queued for one (a thread asleep
+    is woken, an event, before it runs); woken first, it slept. `initially` (its state in
+    /proc as the probes attached) decides only for a thread with no event at all. Not the
+    state alone: a thread that 6.18 throttled is off its runqueue and not shown runnable, and
+    one such thread, wanting a CPU through three periods, went untraced until it slept, its
+    periods weighed at half what its group wanted (wakelat at 1 CPU per 10 ms, 2026-11-24)."""
     events: list[tuple[int, str, list[int]]] = []
     for line in text.splitlines():
         match = EVENT.match(line.strip())
@@ -158,11 +164,16 @@ def parse(text: str, start: float, end: float, initially: dict[int, bool]) -> Tr
     events.sort()
     trace = Trace(start, end)
     since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
+    seen: set[int] = set()
     for ns, kind, values in events:
         t = ns / 1e9
         if kind == "p":
             trace.timers.setdefault(values[0], []).append(t)
-        elif kind == "w":
+            continue
+        if values[0] not in seen:
+            seen.add(values[0])
+            since[values[0]] = start if kind == "s" else None
+        if kind == "w":
             if since.get(values[0]) is None:
                 since[values[0]] = t
         elif values[1] & 0xFF:  # switched out asleep (TASK_REPORT bits; preempted is 0 or 0x100)
