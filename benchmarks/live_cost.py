@@ -1,10 +1,13 @@
 """What bwlab's live tools cost the machine they watch (issue: < 1 % of a CPU to watch 100
-limited groups with `top` at its defaults, < 3 % for `doctor`'s 1 ms sampling of one group).
+limited groups with `top` at its defaults, < 3 % for `doctor`'s high-resolution sampling of one
+group).
 
-`doctor` is measured on an idle group and on one running wakelat's bursts (the `burst`
-scenario's shape: 30 workers, quota 1.75 CPUs per 100 ms), whose threads it reads every 10 ms
-and at each boundary; on the busy group also with --sparse (counters read only around the
-boundaries and at the threads' steps, not every 1 ms).
+`doctor` runs at its defaults (counters read every fiftieth of the period, 1-10 ms) on an idle
+group (100 ms period: every 2 ms), on one running wakelat's bursts (the `burst` scenario's
+shape: 30 workers, quota 1.75 CPUs per 100 ms; every 2 ms, its threads every 10 ms and at each
+boundary), the same group read every 1 ms and with --sparse (counters read only around the
+boundaries and at the threads' steps), and on bursts at a 10 ms period (16 workers, 1 CPU: every
+1 ms, its threads every 5 ms).
 
 Each tool runs twice, short and long, as a child process; its CPU time (user + system, from
 the kernel's accounting of the child) is read after it exits, and the difference between the
@@ -51,13 +54,12 @@ def cost(make_argv: object, short: float, long: float) -> float:
 
 
 @contextlib.contextmanager
-def bursts() -> Iterator[str]:
-    """A group running wakelat's bursts (30 workers, 25 requests/s of 50 ms, 1.75 CPUs per
-    100 ms); yields its path for bwlab."""
+def bursts(period_us: int, quota_us: int, workers: int, rps: float) -> Iterator[str]:
+    """A group running wakelat's bursts (requests of 50 ms); yields its path for bwlab."""
     hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("costbusy"), 100000, 175000, 0, None) as grp:
-        argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", "30", "-r", "25", "-p", "-c", "50000",
-                "-S", "100", "-d", "3600"]  # fmt: skip
+    with hier.group(cgroup.unique_name("costbusy"), period_us, quota_us, 0, None) as grp:
+        argv = [str(programs.resolve("wakelat")), "-m", "1", "-t", str(workers), "-r", f"{rps:g}", "-p",
+                "-c", "50000", "-S", "100", "-d", "3600"]  # fmt: skip
 
         def join() -> None:
             for procs in grp.procs_files:
@@ -86,19 +88,27 @@ def main() -> None:
         top = cost(lambda s: [*bwlab, "top", "--interval", "2", "--iterations", str(max(1, round(s / 2)))],
                    2.0, args.seconds)  # fmt: skip
         doctor = cost(lambda s: [*bwlab, "doctor", target, "--seconds", str(s), "--no-predict"], 1.0, args.seconds)
-        with bursts() as busy:
-            doctor_busy = cost(lambda s: [*bwlab, "doctor", busy, "--seconds", str(s), "--no-predict"], 1.0,
-                               args.seconds)  # fmt: skip
-            sparse_busy = cost(lambda s: [*bwlab, "doctor", busy, "--seconds", str(s), "--no-predict", "--sparse"],
-                               1.0, args.seconds)  # fmt: skip
+
+        def watching(path: str, *extra: str) -> float:
+            return cost(lambda s: [*bwlab, "doctor", path, "--seconds", str(s), "--no-predict", *extra], 1.0,
+                        args.seconds)  # fmt: skip
+
+        with bursts(100000, 175000, 30, 25) as busy:
+            doctor_busy = watching(busy)
+            every_ms = watching(busy, "--interval-ms", "1")
+            sparse_busy = watching(busy, "--sparse")
+        with bursts(10000, 10000, 16, 8) as short:
+            short_busy = watching(short)
     finally:
         for grp in made:
             grp.remove()
     print(f"machine: {os.uname().release}, {os.cpu_count()} CPUs, {hier.describe()}")
     print(f"top, {args.groups} limited groups, every 2 s: {top:.2f} % of one CPU")
-    print(f"doctor, one idle group, every 1 ms: {doctor:.2f} % of one CPU")
-    print(f"doctor, one group of 30 threads in bursts, every 1 ms: {doctor_busy:.2f} % of one CPU")
+    print(f"doctor, one idle group (100 ms period), every 2 ms: {doctor:.2f} % of one CPU")
+    print(f"doctor, a group of 30 threads in bursts (100 ms period), every 2 ms: {doctor_busy:.2f} % of one CPU")
+    print(f"doctor --interval-ms 1, the same group: {every_ms:.2f} % of one CPU")
     print(f"doctor --sparse (around the boundaries), the same group: {sparse_busy:.2f} % of one CPU")
+    print(f"doctor, a group of 16 threads in bursts (10 ms period), every 1 ms: {short_busy:.2f} % of one CPU")
 
 
 if __name__ == "__main__":

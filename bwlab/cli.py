@@ -202,7 +202,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("doctor", help="watch a live cgroup: unnecessary throttling, its causes, the fix, predicted")
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER", help="a cgroup path, a PID, or a container/pod ID prefix")
     p.add_argument("--seconds", type=float, default=10.0, help="how long to watch (default 10)")
-    p.add_argument("--interval-ms", type=float, default=1.0, help="sampling interval (default 1 ms)")
+    p.add_argument("--interval-ms", type=float,
+                   help="sampling interval (default: a fiftieth of the group's period, 1 to 10 ms)")  # fmt: skip
     p.add_argument("--sparse", action="store_true",
                    help="read only around each period boundary and at the threads' steps: a third of the CPU, "
                         "but it changed the throttling of groups at demand == quota (docs/live.md)")  # fmt: skip

@@ -30,6 +30,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from bwlab.live import sampler
 from bwlab.workloads import programs
 
 from conftest import REPO, needs_root, running_in_group
@@ -154,6 +155,10 @@ def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:
                     assert at > 0 and below <= 0.01 * at, (below, at)
                 exposition = get(f"http://127.0.0.1:{port}/metrics")  # with the group's series
         assert exp.poll() is None
+        # its watcher thread, and only it, samples with the shortest fair slice (sampler.prompt)
+        slices = [line.split()[-1] for task in Path(f"/proc/{exp.pid}/task").iterdir()
+                  for line in (task / "sched").read_text().splitlines() if line.startswith("se.slice")]  # fmt: skip
+        assert slices.count(str(sampler.SHORT_SLICE_NS)) == 1, slices
         # the exposition is well-formed and follows Prometheus's naming rules
         lint = subprocess.run(["promtool", "check", "metrics"], input=exposition, capture_output=True, text=True)
         assert lint.returncode == 0, lint.stdout + lint.stderr

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bwlab.commands.live import sample_interval
 from bwlab.errors import BwlabError
 from bwlab.live import ebpf, groups, sampler, threads
 from bwlab.live.groups import Hierarchy
@@ -491,3 +492,10 @@ def test_episodes_of_a_thread_that_never_sleeps_are_one_run() -> None:
     rec.spent = {1: [(i * 0.01, (i + 1) * 0.01, 0.0 if i == 2 else 10000.0, 0.0) for i in range(4)]}
     rec.throttled = [(0.03, 0.04, 10000.0)]
     assert rec.episodes() == {1: [(30000.0, 10000.0)]}
+
+
+def test_doctor_samples_a_fiftieth_of_the_period_within_1_to_10_ms() -> None:
+    """The default interval keeps the reads per period (hence the attribution error against the
+    quota) the same at any period, between a 1 ms floor and a 10 ms ceiling."""
+    assert [sample_interval(p) for p in (1_000, 10_000, 50_000, 100_000, 250_000, 1_000_000)] == pytest.approx(
+        [0.001, 0.001, 0.001, 0.002, 0.005, 0.010])  # fmt: skip

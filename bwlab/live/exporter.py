@@ -355,6 +355,13 @@ class Watcher:
     # --- the loop --------------------------------------------------------------------------------
 
     def run(self) -> None:
+        """The loop, in the thread that calls it: with the shortest fair slice, as doctor's
+        sampler has (sampler.prompt), so that a read due at a boundary is not a tick late
+        behind the hot group's threads."""
+        with sampler.prompt():
+            self._loop()
+
+    def _loop(self) -> None:
         next_coarse = time.monotonic()
         next_analysis = next_coarse + ANALYZE_S
         while not self._stop.is_set():
