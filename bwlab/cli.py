@@ -205,7 +205,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--interval-ms", type=float,
                    help="sampling interval (default: a fiftieth of the group's period, 1 to 10 ms)")  # fmt: skip
     p.add_argument("--sparse", action="store_true",
-                   help="read only around each period boundary and at the threads' steps: a third of the CPU, "
+                   help="read only around each period boundary and at the threads' steps: about half the CPU, "
                         "but it changed the throttling of groups at demand == quota (docs/live.md)")  # fmt: skip
     p.add_argument("--json", metavar="FILE", help="write the report as JSON (- for stdout only)")
     p.add_argument("--png", metavar="FILE", help="a timeline: usage, throttled time and verdict per period")

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab.commands.live import sample_interval
+from bwlab.commands.live import doctor_interval_s
 from bwlab.errors import BwlabError
 from bwlab.live import ebpf, groups, sampler, threads
 from bwlab.live.groups import Hierarchy
@@ -497,5 +497,5 @@ def test_episodes_of_a_thread_that_never_sleeps_are_one_run() -> None:
 def test_doctor_samples_a_fiftieth_of_the_period_within_1_to_10_ms() -> None:
     """The default interval keeps the reads per period (hence the attribution error against the
     quota) the same at any period, between a 1 ms floor and a 10 ms ceiling."""
-    assert [sample_interval(p) for p in (1_000, 10_000, 50_000, 100_000, 250_000, 1_000_000)] == pytest.approx(
+    assert [doctor_interval_s(p) for p in (1_000, 10_000, 50_000, 100_000, 250_000, 1_000_000)] == pytest.approx(
         [0.001, 0.001, 0.001, 0.002, 0.005, 0.010])  # fmt: skip

@@ -55,7 +55,7 @@ def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
                                timer_late_us=timer_late_us)  # fmt: skip
 
 
-def sample_interval(period_us: int) -> float:
+def doctor_interval_s(period_us: int) -> float:
     """doctor's sampling interval for a group of this period: a fiftieth of it, 1 to 10 ms. The
     same resolution against the period, hence against the quota, at any period: what is read
     per period decides how closely usage is attributed to it, and a 1 ms loop is most of
@@ -123,7 +123,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.save_trace and not Path(args.save_trace).parent.is_dir():
         raise BwlabError(f"--save-trace {args.save_trace}: no directory {Path(args.save_trace).parent}")
     group = groups.find(args.target)
-    interval_s = args.interval_ms / 1000 if args.interval_ms is not None else sample_interval(group.effective.period_us)
+    period_us = group.effective.period_us
+    interval_s = args.interval_ms / 1000 if args.interval_ms is not None else doctor_interval_s(period_us)
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
