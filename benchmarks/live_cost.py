@@ -30,6 +30,7 @@ import time
 from collections.abc import Iterator
 
 from bwlab import cgroup
+from bwlab.commands.live import doctor_interval_s
 from bwlab.workloads import programs
 
 
@@ -87,12 +88,12 @@ def main() -> None:
         target = "/" + made[0].name
         top = cost(lambda s: [*bwlab, "top", "--interval", "2", "--iterations", str(max(1, round(s / 2)))],
                    2.0, args.seconds)  # fmt: skip
-        doctor = cost(lambda s: [*bwlab, "doctor", target, "--seconds", str(s), "--no-predict"], 1.0, args.seconds)
 
         def watching(path: str, *extra: str) -> float:
             return cost(lambda s: [*bwlab, "doctor", path, "--seconds", str(s), "--no-predict", *extra], 1.0,
                         args.seconds)  # fmt: skip
 
+        doctor = watching(target)
         with bursts(100000, 175000, 30, 25) as busy:
             doctor_busy = watching(busy)
             every_ms = watching(busy, "--interval-ms", "1")
@@ -104,11 +105,12 @@ def main() -> None:
             grp.remove()
     print(f"machine: {os.uname().release}, {os.cpu_count()} CPUs, {hier.describe()}")
     print(f"top, {args.groups} limited groups, every 2 s: {top:.2f} % of one CPU")
-    print(f"doctor, one idle group (100 ms period), every 2 ms: {doctor:.2f} % of one CPU")
-    print(f"doctor, a group of 30 threads in bursts (100 ms period), every 2 ms: {doctor_busy:.2f} % of one CPU")
+    slow, fast = doctor_interval_s(100000) * 1000, doctor_interval_s(10000) * 1000
+    print(f"doctor, one idle group (100 ms period), every {slow:g} ms: {doctor:.2f} % of one CPU")
+    print(f"doctor, a group of 30 threads in bursts (100 ms period), every {slow:g} ms: {doctor_busy:.2f} % of one CPU")
     print(f"doctor --interval-ms 1, the same group: {every_ms:.2f} % of one CPU")
     print(f"doctor --sparse (around the boundaries), the same group: {sparse_busy:.2f} % of one CPU")
-    print(f"doctor, a group of 16 threads in bursts (10 ms period), every 1 ms: {short_busy:.2f} % of one CPU")
+    print(f"doctor, a group of 16 threads in bursts (10 ms period), every {fast:g} ms: {short_busy:.2f} % of one CPU")
 
 
 if __name__ == "__main__":
