@@ -7,7 +7,7 @@ group (100 ms period: every 2 ms), on one running wakelat's bursts (the `burst` 
 shape: 30 workers, quota 1.75 CPUs per 100 ms; every 2 ms, its threads every 10 ms and at each
 boundary), the same group read every 1 ms and with --sparse (counters read only around the
 boundaries and at the threads' steps), and on bursts at a 10 ms period (16 workers, 1 CPU: every
-1 ms, its threads every 5 ms).
+1 ms, its threads at each boundary).
 
 Each tool runs twice, short and long, as a child process; its CPU time (user + system, from
 the kernel's accounting of the child) is read after it exits, and the difference between the

@@ -375,8 +375,16 @@ def test_sampler_reads_a_tree_and_says_what_is_wrong(tmp_path: Path) -> None:
     (group.dir / "cpu.stat").write_text("nr_periods 10\nnr_throttled 4\nthrottled_time 3000000\n")
     assert group.usage_file is not None
     group.usage_file.write_text("5000000\n")
-    s = Reader(group).read()
+    reader = Reader(group)
+    s = reader.read()
     assert (s.nr_periods, s.nr_throttled, s.throttled_us, s.usage_us) == (10, 4, 3000.0, 5000.0)
+    # the same cpu.stat text is parsed once (v1's changes only at boundaries), usage every read
+    group.usage_file.write_text("7000000\n")
+    assert reader.read().usage_us == 7000.0
+    (group.dir / "cpu.stat").write_text("nr_periods 11\nnr_throttled 5\nthrottled_time 4000000\n")
+    s = reader.read()
+    assert (s.nr_periods, s.nr_throttled, s.throttled_us, s.usage_us) == (11, 5, 4000.0, 7000.0)
+    reader.close()
     assert len(sample(group, 0.05, 0.01)) >= 5
     (group.dir / "cpu.stat").write_text("nr_periods ten\n")
     with pytest.raises(BwlabError, match="not 'key integer'"):

@@ -27,6 +27,7 @@ class Reader:
     def __init__(self, group: LiveGroup) -> None:
         self.group = group
         self._fds: list[int] = []
+        self._parsed: tuple[bytes | None, tuple[int, int, float, int, float | None]] = (None, (0, 0, 0.0, 0, None))
         try:
             self._stat = self._open(str(group.stat_file))
             usage = group.usage_file
@@ -61,17 +62,26 @@ class Reader:
             usage_ns = int(usage_bytes) if usage_bytes is not None else None
         except ValueError:
             raise BwlabError(f"cgroup {self.group.path}: cpuacct.usage is not a number") from None
-        raw_stat = cpustat.parse_kv(stat_bytes.decode())
-        norm = cpustat.normalize_cpu_stat(raw_stat)
+        if stat_bytes != self._parsed[0]:  # v1's cpu.stat changes only at boundaries and unthrottles
+            self._parsed = (stat_bytes, self._parse_stat(stat_bytes))
+        nr_periods, nr_throttled, throttled, nr_bursts, usage_usec = self._parsed[1]
         if usage_ns is not None:
             usage = usage_ns / 1000
-        elif "usage_usec" in raw_stat:
-            usage = float(raw_stat["usage_usec"])
+        elif usage_usec is not None:
+            usage = usage_usec
         else:
             raise BwlabError(f"cgroup {self.group.path}: cpu.stat has no usage_usec")
+        return Sample(t, nr_periods, nr_throttled, throttled, usage, nr_bursts)
+
+    @staticmethod
+    def _parse_stat(stat_bytes: bytes) -> tuple[int, int, float, int, float | None]:
+        """(nr_periods, nr_throttled, throttled us, nr_bursts, usage_usec or None) of cpu.stat."""
+        raw_stat = cpustat.parse_kv(stat_bytes.decode())
+        norm = cpustat.normalize_cpu_stat(raw_stat)
         throttled = (raw_stat["throttled_time"] / 1000 if "throttled_time" in raw_stat
                      else float(norm.get("throttled_us", 0)))  # fmt: skip
-        return Sample(t, norm["nr_periods"], norm["nr_throttled"], throttled, usage, norm.get("nr_bursts", 0))
+        usage = float(raw_stat["usage_usec"]) if "usage_usec" in raw_stat else None
+        return norm["nr_periods"], norm["nr_throttled"], throttled, norm.get("nr_bursts", 0), usage
 
     def read(self) -> Sample:
         return self.parse(self.read_raw())
