@@ -125,7 +125,8 @@ def wakelat(workers: int, rps: float) -> list[str]:
 )
 def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cpus: float, workers: int,
                                                         rps: float) -> None:  # fmt: skip
-    with running(period_us, round(quota_cpus * period_us), wakelat(workers, rps)) as path:
+    quota = round(quota_cpus * period_us)  # no burst
+    with running(period_us, quota, wakelat(workers, rps)) as path:
         doc = traced_doctor(path, 30)
     found = throttled_periods(doc)
     assert len(found) >= 10, doc["throttled"]  # bursts: 5-38 % of periods throttled in 20 s runs
@@ -135,12 +136,21 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
     truths, saids = sum(truth for truth, _ in pairs), sum(said for _, said in pairs)
     summary = f"{len(pairs)} throttled, truth below {truths}, polling below {saids}, both {tp}"
     print(f"{period_us} us, {quota_cpus:g} CPUs: {summary}, agreement {agree:.3f}")
+    # the estimate against the truth, period by period, as a share of the quota: what decides
+    # the verdicts, and what the band of periods near the line (the quota plus 10 %, where these
+    # bursts put many) does not blur. 32 runs at 100 ms (host 6.18, 2026-11-24): the 90th
+    # percentile of |estimate - truth| per run 0.05-1.1 %; 14 at 10 ms: 0.7-5.1 %
+    errors = sorted(abs(float(p["estimated_us"]) - float(p["demand_us"])) / quota for p in found)  # type: ignore[arg-type]
+    p90 = errors[int(0.9 * (len(errors) - 1))]
+    assert p90 <= (0.03 if period_us >= 100_000 else 0.10), (summary, p90, errors[-5:])
     # how many truly below-quota periods a run has varies (2 to 25 here), so the shares are
     # asserted with an allowance for few: periods of over-use called so, at most one call in
-    # ten wrong (one allowed however few), and at least half found where there are five or more
+    # ten wrong (two allowed however few: a run makes 5-15 such calls, and 12 of 243 were
+    # wrong over the 32 runs, all within 4 % of the line), and at least half found where there
+    # are five or more
     over_used = [said for truth, said in pairs if not truth]
     assert len(over_used) >= 10 and sum(not said for said in over_used) / len(over_used) >= 0.95, summary
-    assert saids - tp <= max(1, 0.1 * saids), summary
+    assert saids - tp <= max(2, 0.1 * saids), summary
     assert truths < 5 or tp >= 0.5 * truths, summary
 
 
