@@ -32,6 +32,10 @@ from dataclasses import dataclass, field
 # at twice the quota every period is near 2 x.
 SETTLE_S = 0.005  # how long after a boundary its throttles are all counted (a tick at HZ=250, and some)
 SLACK = 0.10
+# A verdict whose demand lies this close to its line (as a share of the quota) could go either
+# way: against the eBPF trace on wakelat's bursts at 100 ms (32 runs, docs/live.md) every wrong
+# verdict but five was a period whose true demand lay within 3.3 % of the quota of the line.
+NEAR = 0.03
 
 
 @dataclass(frozen=True)
@@ -81,6 +85,14 @@ class Period:
     estimated: str = ""  # the counters' verdict (the same as verdict unless traced)
     estimated_us: float | None = None  # the counters' estimate of demand
     wanted_us: float | None = None  # what the threads' schedstat says they wanted
+    line_us: float | None = None  # the demand above which the verdict is "at" (throttled periods only)
+
+    @property
+    def near_line(self) -> bool:
+        """A throttled period whose demand lies within NEAR of the quota of its verdict's line."""
+        if self.demand_us is None or self.line_us is None:
+            return False
+        return abs(self.demand_us - self.line_us) <= NEAR * self.line_us / (1 + SLACK)
 
 
 @dataclass
@@ -114,6 +126,11 @@ class Analysis:
     @property
     def at(self) -> int:
         return sum(p.throttled for p in self.periods if p.verdict == "at")
+
+    @property
+    def near_line(self) -> int:
+        """Throttled periods whose verdict could go either way (Period.near_line)."""
+        return sum(p.throttled for p in self.periods if p.near_line)
 
 
 def fit_phase(intervals: list[tuple[float, float]], period_s: float) -> tuple[float, float] | None:
@@ -214,7 +231,7 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
         usage = u1 - u0
         error = (errors[n - 1] + errors[n]) * cpus * 1e6
         verdict = estimated = ""
-        weighed = estimate = None
+        weighed = estimate = line = None
         if throttled:
             # the quota is a rate: a window stretched past its periods (a period timer that
             # fired late, the boundary then placed in its sampled interval, not at the fitted
@@ -243,13 +260,14 @@ def analyze(samples: list[Sample], limit: Limit, interval_s: float, cpus: float,
             want = wanted_us(times[n - 1], times[n]) if wanted_us is not None else None
             if want is not None:
                 estimate = max(estimate, min(want, cpus * window))
-            estimated = "below" if estimate <= capacity * (1 + SLACK) else "at"
+            line = capacity * (1 + SLACK)
+            estimated = "below" if estimate <= line else "at"
             weighed, verdict = estimate, estimated
             if demand is not None:
                 weighed = demand(times[n - 1], times[n])
-                verdict = "below" if weighed <= capacity * (1 + SLACK) else "at"
+                verdict = "below" if weighed <= line else "at"
         else:
             want = None
         out.periods.append(Period(times[n - 1], times[n], periods, usage, throttled, throttled_us, error, verdict,
-                                  weighed, estimated, estimate, want))  # fmt: skip
+                                  weighed, estimated, estimate, want, line))  # fmt: skip
     return out

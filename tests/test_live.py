@@ -149,6 +149,16 @@ def test_detector_separates_below_quota_from_over_use() -> None:
     assert all(p.error_us < 1000 for p in analysis.periods)
 
 
+def test_periods_near_the_line_are_counted() -> None:
+    """Demand at 1.0 x quota is estimated at 1.1 x here (the synthetic counters' throttled time
+    runs from 0.9 x): on the line, so counted near it; 0.95 x (estimated 1.0 x) and 2 x are not."""
+    demand = [1.0, 0.5, 0.95, 0.5, 2.0, 0.5] * 20
+    analysis = analyze(_synthetic(demand, 10000, 10000, 0.001), Limit(10000, 10000), 0.001, cpus=2)
+    on_line = sum(1 for d in demand[1:-1] if d == 1.0)
+    assert abs(analysis.near_line - on_line) <= 1, (analysis.near_line, on_line)
+    assert all(p.line_us == pytest.approx(11000, rel=0.05) for p in analysis.periods if p.throttled)
+
+
 def test_throttles_counted_after_the_boundary_belong_to_the_period_before() -> None:
     """A runqueue on another CPU than the timer's is unthrottled, and its throttled time
     counted, up to a tick after the boundary: counters 3 ms late at a 10 ms period give the

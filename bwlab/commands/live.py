@@ -186,14 +186,14 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
                      "phase_window_us": analysis.phase_window_us,
                      "max_error_us": max((p.error_us for p in analysis.periods), default=None)},
         "periods": analysis.total, "throttled": analysis.throttled, "below_quota": analysis.below,
-        "at_quota": analysis.at,
+        "at_quota": analysis.at, "near_line": analysis.near_line,
         "diagnosis": diag.to_json(),
         "predictions": [{"setting": p.variant.label, "policy": p.variant.policy, "throttled_pct": p.throttled_pct,
                          "throttled_pct_sd": p.throttled_pct_sd, "seeds": p.reps,
                          "stall_p99_us": p.stall_p99_us} for p in predictions],
         "per_period": [{"start": round(p.start, 6), "end": round(p.end, 6), "periods": p.periods,
                         "usage_us": round(p.usage_us), "throttled": p.throttled, "throttled_us": round(p.throttled_us),
-                        "error_us": round(p.error_us), "verdict": p.verdict,
+                        "error_us": round(p.error_us), "verdict": p.verdict, "near_line": p.near_line,
                         "demand_us": None if p.demand_us is None else round(p.demand_us),
                         "wanted_us": None if p.wanted_us is None else round(p.wanted_us),
                         **({"estimated": p.estimated,
@@ -216,6 +216,10 @@ def print_report(doc: dict[str, Any]) -> None:
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
     out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
+    if doc["near_line"]:
+        out.print(f"  {doc['near_line']} of the {doc['throttled']} throttled periods wanted within "
+                  f"{periods.NEAR * 100:g} % of the quota of the line between the two (the quota + "
+                  f"{periods.SLACK * 100:g} %): their verdicts could go either way", soft_wrap=True)  # fmt: skip
     for cause in diag["causes"]:
         out.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
     if doc["predictions"]:
