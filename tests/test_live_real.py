@@ -105,6 +105,11 @@ def test_twice_the_quota_is_at_quota() -> None:
         doc = doctor(grp)
         throttled, at = int(doc["throttled"]), int(doc["at_quota"])  # type: ignore[call-overload]
         assert throttled > 0.9 * int(doc["periods"])  # type: ignore[call-overload]
+        # the counters as doctor found them: the 1-1.5 s sysbench ran before, its start included
+        # (107 of 139 periods throttled in one run here)
+        before = doc["before"]
+        assert isinstance(before, dict) and before["periods"] >= 20, before
+        assert before["throttled"] >= 0.5 * before["periods"], before
         assert at >= 0.95 * throttled, doc  # precision of "below quota": none of these is
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and diag["verdict"] == "at-quota" and diag["commands"] == []

@@ -127,6 +127,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     group = groups.find(args.target)
     period_us = group.effective.period_us
     interval_s = args.interval_ms / 1000 if args.interval_ms is not None else doctor_interval_s(period_us)
+    # the counters as doctor found them: the group's throttling unwatched, since its limit was set
+    # (reading it every millisecond lowers it, by a varying amount: docs/live.md)
+    reader = sampler.Reader(group)
+    try:
+        before = reader.read()
+    finally:
+        reader.close()
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
@@ -160,6 +167,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
     doc["sampling"].update(short_slice=watched.short_slice, around_boundaries=watched.scheduled, reads=watched.reads)
+    doc["before"] = {"periods": before.nr_periods, "throttled": before.nr_throttled}
     if args.png:
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
@@ -214,6 +222,11 @@ def print_report(doc: dict[str, Any]) -> None:
     how = (f"read {s['reads']} times, within {s['interval_ms']:g} ms of each boundary" if s.get("around_boundaries")
            else f"read every {s['interval_ms']:g} ms")  # fmt: skip
     out.print(f"{how}{err}{prio}")
+    before = doc.get("before")
+    if before and before["periods"]:
+        share = 100 * before["throttled"] / before["periods"]
+        out.print(f"before doctor: throttled in {share:.1f} % of the {before['periods']} periods its counters hold "
+                  "(unwatched; watching can lower it)")  # fmt: skip
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
     out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
