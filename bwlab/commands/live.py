@@ -79,6 +79,7 @@ class Watched:
     short_slice: bool = False  # sampled with the shortest fair slice (sampler.prompt)
     scheduled: bool = False  # read around the boundaries (sampler.Schedule), not every interval
     reads: int = 0  # of the counters
+    before: Sample | None = None  # the counters at the first read: the group's history unwatched
 
 
 def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = False, sparse: bool = False) -> Watched:
@@ -89,8 +90,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     recorder = threads.ThreadRecorder(group.threads())
     tracer = ebpf.Tracer(recorder.tids) if traced else None
-    step = THREAD_STEP_S
-    stepper = threads.Stepper.of(recorder, group.threads, interval_s, step)
+    stepper = threads.Stepper.of(recorder, group.threads, interval_s, THREAD_STEP_S)
 
     def on_sample(t: float, stat: bytes, parse: Callable[[], Sample]) -> None:
         stepper.feed(t, sampler.nr_periods(stat), parse)
@@ -99,7 +99,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     # doctor's cost, but reads at a fixed phase to the period changed the throttling of
     # sysbench at demand == quota from 50 % of periods to 2-47 % (reads every interval: less,
     # and by a varying amount: 35-47 % on 2026-11-24, docs/live.md)
-    schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, step) if sparse else None
+    schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, THREAD_STEP_S) if sparse else None
 
     try:
         if tracer is not None:
@@ -117,7 +117,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, demand)  # fmt: skip
     late = trace.lateness_us(expiries or [], group.effective.period_us / 1e6) if trace is not None else None
-    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples))
+    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0])
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -127,13 +127,6 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     group = groups.find(args.target)
     period_us = group.effective.period_us
     interval_s = args.interval_ms / 1000 if args.interval_ms is not None else doctor_interval_s(period_us)
-    # the counters as doctor found them: the group's throttling unwatched, since its limit was set
-    # (reading it every millisecond lowers it, by a varying amount: docs/live.md)
-    reader = sampler.Reader(group)
-    try:
-        before = reader.read()
-    finally:
-        reader.close()
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
@@ -167,7 +160,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
     doc["sampling"].update(short_slice=watched.short_slice, around_boundaries=watched.scheduled, reads=watched.reads)
-    doc["before"] = {"periods": before.nr_periods, "throttled": before.nr_throttled}
+    # the counters as doctor found them: the group's throttling unwatched, since its limit was set
+    # (reading it every millisecond lowers it, by a varying amount: docs/live.md)
+    if watched.before is not None:
+        doc["before"] = {"periods": watched.before.nr_periods, "throttled": watched.before.nr_throttled}
     if args.png:
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
