@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import math
 import os
 import random
 from pathlib import Path
@@ -14,11 +15,11 @@ import pytest
 
 from bwlab.commands.live import doctor_interval_s
 from bwlab.errors import BwlabError
-from bwlab.live import ebpf, groups, sampler, threads
+from bwlab.live import diagnose, ebpf, groups, sampler, threads
 from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
 from bwlab.live.threads import ThreadRecorder
-from bwlab.periods import Limit, Sample, analyze, boundary_intervals, fit_phase
+from bwlab.periods import Analysis, Limit, Period, Sample, analyze, boundary_intervals, fit_phase
 
 CID = "4f0c1b2a" * 8
 UID = "0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"
@@ -517,3 +518,71 @@ def test_doctor_samples_a_fiftieth_of_the_period_within_1_to_10_ms() -> None:
     quota) the same at any period, between a 1 ms floor and a 10 ms ceiling."""
     assert [doctor_interval_s(p) for p in (1_000, 10_000, 50_000, 100_000, 250_000, 1_000_000)] == pytest.approx(
         [0.001, 0.001, 0.001, 0.002, 0.005, 0.010])  # fmt: skip
+
+
+def _throttled(below: int, at: int, quota_us: int, period_us: int) -> Analysis:
+    """An analysis of `below` unnecessary and `at` over-used throttled periods, then ten idle."""
+    ps = [Period(i * 0.01, (i + 1) * 0.01, 1, quota_us, 1, 1000.0, 0.0, "below" if i < below else "at")
+          for i in range(below + at)]  # fmt: skip
+    ps += [Period(1 + i * 0.01, 1 + (i + 1) * 0.01, 1, 0.0, 0, 0.0, 0.0, "") for i in range(10)]
+    return Analysis(Limit(quota_us, period_us), 0.001, ps)
+
+
+@pytest.mark.parametrize(
+    ("quota_cpus", "allowed", "threads", "expect", "pinned"),
+    [
+        (2.0, (0, 1), 2, "quota-covers-cpus", None),  # sysbench at demand == quota on this host
+        (1.0, (3,), 4, "quota-covers-cpus", None),  # a cpuset of one CPU under a 1-CPU quota
+        (1.0, (0, 1, 2, 3), 1, "cpuset", "0"),  # a whole-CPU quota on four CPUs
+        (2.0, (4, 5, 6, 7), 8, "cpuset", "4-5"),
+        (1.5, (0, 1, 2, 3), 1, None, None),  # not whole: no cpuset bounds it the same
+    ],
+)
+def test_the_cpus_a_group_may_use_decide_its_causes(tmp_path: Path, quota_cpus: float, allowed: tuple[int, ...],
+                                                     threads: int, expect: str | None,
+                                                     pinned: str | None) -> None:  # fmt: skip
+    """Contract: a quota of at least the CPUs the group's threads may run on caps nothing and
+    is named, with the commands that drop it; a whole-CPU quota on more CPUs than it has is
+    named with the commands that pin it to that many of them and drop the quota; neither for a
+    fractional quota; the threads' cause counts only the threads that can run at once."""
+    period = 10000
+    quota = round(quota_cpus * period)
+    for v, hier in ((1, Hierarchy(1, tmp_path / "cpu")), (2, Hierarchy(2, tmp_path / "v2"))):
+        (hier.cpu / "g").mkdir(parents=True)
+        if v == 2:
+            (hier.cpu / "g" / "cpuset.cpus").write_text("\n")
+        group = groups.LiveGroup("/g", hier, Limit(quota, period), Limit(quota, period), "/g", identify("/g"))
+        facts = diagnose.Facts(ncpu=8, hz=250, slice_us=5000, threads=threads, mean_cpus=1.0, allowed=allowed)
+        diag = diagnose.diagnose(group, _throttled(20, 0, quota, period), facts)
+        keys = {c.key for c in diag.causes}
+        assert keys & {"quota-covers-cpus", "cpuset"} == ({expect} if expect else set()), keys
+        assert ("threads" in keys) == (min(threads, len(allowed)) > math.ceil(quota_cpus)), keys
+        raw = dict(diag.alternatives).get(f"cgroup v{v}", "")
+        if expect is None:
+            assert not diag.alternatives
+            continue
+        assert raw.endswith("cpu.cfs_quota_us" if v == 1 else "cpu.max"), raw
+        assert raw.startswith("echo -1 >" if v == 1 and pinned is None else "echo max >" if pinned is None else "")
+        if pinned is not None:  # v2: the group's own cpuset; v1: the threads' affinity
+            assert (f"echo {pinned} > {hier.cpu / 'g' / 'cpuset.cpus'}" if v == 2
+                    else f"taskset -a -c -p {pinned} $p") in raw, raw  # fmt: skip
+        assert diag.burst_us is not None  # the burst stays the fix bwlab writes
+
+
+def test_a_parents_quota_or_over_use_gets_no_alternative(tmp_path: Path) -> None:
+    """A parent's quota is shared with siblings, and a group that wanted more than its quota
+    would be bounded lower by a cpuset: neither is offered one."""
+    hier = Hierarchy(1, tmp_path)
+    child = groups.LiveGroup("/p/c", hier, Limit(None, 10000), Limit(10000, 10000), "/p", identify("/p/c"))
+    facts = diagnose.Facts(ncpu=4, hz=250, slice_us=5000, threads=1, mean_cpus=1.0, allowed=(0, 1, 2, 3))
+    assert not diagnose.diagnose(child, _throttled(20, 0, 10000, 10000), facts).alternatives
+    own = groups.LiveGroup("/g", hier, Limit(10000, 10000), Limit(10000, 10000), "/g", identify("/g"))
+    assert not diagnose.diagnose(own, _throttled(1, 19, 10000, 10000), facts).alternatives
+
+
+def test_allowed_cpus_are_the_threads_affinity_and_listed_as_the_kernel_does() -> None:
+    me = groups.LiveGroup("/", Hierarchy(1, Path("/nonexistent")), Limit(None, 100000), Limit(None, 100000), "/",
+                          identify("/"))  # fmt: skip
+    assert me.allowed_cpus([os.getpid()]) == sorted(os.sched_getaffinity(0))
+    assert me.allowed_cpus([2**22 + 7]) == list(range(os.cpu_count() or 1))  # no such thread: every CPU
+    assert groups.cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and groups.cpu_list([3]) == "3"

@@ -23,6 +23,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import pytest
+
 from bwlab import cgroup, cpustat
 from bwlab.targets.host import kernel_hz
 from bwlab.workloads import programs, wakelat
@@ -83,6 +85,10 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and diag["verdict"] == "below-quota"
         assert "tick-overrun" in {c["key"] for c in diag["causes"]}
+        # a quota of every CPU it may run on caps nothing: doctor says so, and how to drop it
+        assert "quota-covers-cpus" in {c["key"] for c in diag["causes"]}, diag
+        assert {"runtime": "cgroup v1", "command": f"echo -1 > {grp.stat_file.parent / 'cpu.cfs_quota_us'}"} in \
+            diag["alternatives"], diag  # fmt: skip
         burst = diag["recommended_burst_us"]
         assert burst == min(NCPU * 10000, TICK_US * NCPU)  # one tick per CPU
         predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
@@ -98,6 +104,37 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         reverted = bwlab("tune", rel(grp), "--revert", env={"BWLAB_CACHE": str(tmp_path)})
         assert reverted.returncode == 0, reverted.stderr
         assert int(burst_file.read_text()) == 0
+
+
+@pytest.mark.parametrize(("cpus", "expect"), [("0", "quota-covers-cpus"), (None, "cpuset")])
+def test_a_whole_cpu_quota_and_the_cpus_it_may_use(cpus: str | None, expect: str) -> None:
+    """Contract: one sysbench thread under a 1-CPU quota at 10 ms (throttled below quota in
+    about half its periods here). Confined to CPU 0 by a cpuset, the quota caps nothing and
+    doctor names it; on both CPUs, a cpuset of one CPU would bound it the same, and doctor
+    names that. Either way the commands it gives in place of the quota, run as given, leave
+    the group unthrottled, on the CPUs they name, at one CPU at most."""
+    if NCPU < 2 or (cpus is not None and not Path("/sys/fs/cgroup/cpuset/cpuset.cpus").is_file()):
+        pytest.skip("needs two CPUs (and a v1 cpuset hierarchy for the cpuset case)")
+    hier = cgroup.detect()
+    argv = [str(programs.resolve("sysbench")), "cpu", "--threads=1", "--time=60", "run"]
+    with hier.group(cgroup.unique_name("pin"), 10000, 10000, 0, cpus) as grp, started_in(grp, argv):
+        time.sleep(0.5)
+        doc = doctor(grp, 4, "--no-predict")
+        diag = doc["diagnosis"]
+        assert isinstance(diag, dict) and doc["facts"]["allowed"] == ([0] if cpus else list(range(NCPU))), doc  # type: ignore[index]
+        assert expect in {c["key"] for c in diag["causes"]}, diag
+        raw = dict((a["runtime"], a["command"]) for a in diag["alternatives"])["cgroup v1"]
+        ran = subprocess.run(["sh", "-c", raw], capture_output=True, text=True, check=False)
+        assert ran.returncode == 0, (raw, ran.stderr)
+        time.sleep(0.2)
+        before, start = grp.read_stat(), time.monotonic()
+        time.sleep(2)
+        delta = cpustat.delta(before, grp.read_stat())
+        used = delta["usage_us"] / 1e6 / (time.monotonic() - start)
+        assert delta["nr_throttled"] == 0, delta  # no quota left to throttle it
+        assert 0.5 < used <= 1.05, delta  # it ran, on one CPU at most
+        tids = [int(t) for t in (grp.stat_file.parent / "tasks").read_text().split()]
+        assert tids and all(os.sched_getaffinity(t) == {0} for t in tids), raw  # where they said
 
 
 def test_twice_the_quota_is_at_quota() -> None:

@@ -307,8 +307,9 @@ def test_picks_output_that_is_not_its_document_is_an_error() -> None:
 
 
 def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
-    # Poisson gaps from -R: the same seed posts the same requests in the same second, another
-    # seed (almost surely) a different number
+    # Poisson gaps from -R: the same seed posts the same requests in the same second (give or
+    # take the one due as the run ends: a run here once posted one more), other seeds (almost surely) a
+    # different number
     def posted(seed: int) -> int:
         proc = subprocess.run([str(bindir / "wakelat"), "-m", "1", "-t", "2", "-r", "200", "-p", "-c", "10",
                                "-R", str(seed), "-d", "1"], capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -316,8 +317,8 @@ def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
         return int(json.loads(proc.stdout.strip().splitlines()[-1])["posted"])
 
     first = posted(5)
-    assert posted(5) == first and 120 < first < 280
-    assert {posted(6), posted(7)} != {first}
+    assert abs(posted(5) - first) <= 1 and 120 < first < 280
+    assert any(abs(posted(seed) - first) > 1 for seed in (6, 7, 8, 9))
     proc = subprocess.run([str(bindir / "wakelat"), "-R", "0"], capture_output=True, text=True, timeout=10)
     assert proc.returncode == 2 and proc.stdout == ""
 

@@ -8,7 +8,6 @@ import dataclasses
 import fnmatch
 import json
 import math
-import os
 import tempfile
 import time
 from collections.abc import Callable
@@ -51,9 +50,10 @@ def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
     """The machine, and the group's threads: those that were busy while watched, else all;
     the period timer's lateness if it was traced."""
     busy = recorder.busy_threads() if recorder is not None else 0
-    return dataclasses.replace(diagnose.machine_facts(), threads=busy or len(group.threads()),
+    tids = group.threads()
+    return dataclasses.replace(diagnose.machine_facts(), threads=busy or len(tids),
                                mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
-                               timer_late_us=timer_late_us)  # fmt: skip
+                               timer_late_us=timer_late_us, allowed=tuple(group.allowed_cpus(tids)))  # fmt: skip
 
 
 def doctor_interval_s(period_us: int) -> float:
@@ -88,7 +88,9 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     boundaries and at the threads' steps only (sampler.Schedule), not every interval."""
     if group.effective.quota_us is None:
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
-    recorder = threads.ThreadRecorder(group.threads())
+    tids = group.threads()
+    allowed = len(group.allowed_cpus(tids))  # what its threads can run on at once, at most
+    recorder = threads.ThreadRecorder(tids, allowed)
     tracer = ebpf.Tracer(recorder.tids) if traced else None
     stepper = threads.Stepper.of(recorder, group.threads, interval_s, THREAD_STEP_S)
 
@@ -111,7 +113,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         recorder.close()
         if tracer is not None:
             tracer.close()
-    cpus = max(1, min(os.cpu_count() or 1, len(recorder.tids) or 1))  # what its threads could run at once
+    cpus = max(1, min(allowed, len(recorder.tids) or 1))  # what its threads could run at once
     expiries = trace.timer_of(periods.boundary_intervals(samples)) if trace is not None else None
     demand = (lambda a, b: trace.demand_us(a, b, cpus)) if trace is not None else None
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
@@ -150,13 +152,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                         whatif.Variant(f"burst {burst} us", Limit(lim.quota_us, lim.period_us, burst)),
                         whatif.Variant("the series (policy all)", lim, "all")]  # fmt: skip
             pool = math.ceil(lim.cpus or 0)
-            if 0 < pool < facts.threads:  # the same work from as many threads as the quota's CPUs
+            if 0 < pool < min(facts.threads, facts.cpus):  # the same work from as many threads as the quota's CPUs
                 pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", recorder.pooled(pool))
                 variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled, paced=False))
             if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period
                 quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
                 variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))
-            predictions = whatif.predict(trace, variants, facts.ncpu, facts.hz or 250, facts.slice_us,
+            predictions = whatif.predict(trace, variants, facts.cpus, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
     doc["sampling"].update(short_slice=watched.short_slice, around_boundaries=watched.scheduled, reads=watched.reads)
@@ -243,6 +245,8 @@ def print_report(doc: dict[str, Any]) -> None:
         out.print(table)
     for cmd in diag["commands"]:
         out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
+    for cmd in diag["alternatives"]:
+        out.print(f"  or, in place of the quota ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
 
 
 def matches(group: LiveGroup, selector: str) -> bool:

@@ -25,6 +25,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from bwlab.live import groups
 from bwlab.live.groups import LiveGroup
 from bwlab.paths import sysctl_path
 from bwlab.periods import Analysis
@@ -35,6 +36,19 @@ BURSTY_SHARE = 0.9
 
 # a period timer later than this share of the period (p99) is named as a cause
 LATE_TIMER_SHARE = 0.02
+
+# a quota within this share of a whole number of CPUs is taken as that many CPUs
+WHOLE_CPU = 0.001
+
+
+def _n_cpus(n: int) -> str:
+    return f"{n} CPU" if n == 1 else f"{n} CPUs"
+
+
+def _whole(cpus: float) -> int:
+    """The whole number of CPUs a quota is, or 0 if it is not one."""
+    n = round(cpus)
+    return n if n >= 1 and abs(cpus - n) <= WHOLE_CPU * n else 0
 
 
 @dataclass(frozen=True)
@@ -47,10 +61,16 @@ class Facts:
     threads: int  # the group's threads that were busy while watched (all of them if none was)
     mean_cpus: float  # CPUs the group used on average while watched
     timer_late_us: list[float] | None = None  # each period timer expiry's lateness, if traced (ebpf.py)
+    allowed: tuple[int, ...] = ()  # the CPUs its threads may run on (affinity, cpuset); (): all
 
     @property
     def tick_us(self) -> int:
         return 1_000_000 // (self.hz or 250)  # unknown: the common 250 (4 ms), the larger tick
+
+    @property
+    def cpus(self) -> int:
+        """How many CPUs the group's threads may run on."""
+        return len(self.allowed) or self.ncpu
 
 
 def machine_facts() -> Facts:
@@ -74,20 +94,23 @@ class Diagnosis:
     causes: list[Cause] = field(default_factory=list)
     burst_us: int | None = None  # the recommended burst, if one is
     commands: list[tuple[str, str]] = field(default_factory=list)  # (runtime, command)
+    # in place of the quota (a cpuset, or nothing: "quota-covers-cpus", "cpuset"): (runtime, how)
+    alternatives: list[tuple[str, str]] = field(default_factory=list)
 
     def to_json(self) -> dict[str, Any]:
         return {"verdict": self.verdict, "summary": self.summary,
                 "causes": [c.__dict__ for c in self.causes], "recommended_burst_us": self.burst_us,
-                "commands": [{"runtime": r, "command": c} for r, c in self.commands]}  # fmt: skip
+                "commands": [{"runtime": r, "command": c} for r, c in self.commands],
+                "alternatives": [{"runtime": r, "command": c} for r, c in self.alternatives]}  # fmt: skip
 
 
 def recommended_burst(group: LiveGroup, facts: Facts) -> int | None:
     """One tick per CPU the group can run on at once (its quota's CPUs, its threads and the
-    machine's CPUs bound that), within the kernel's rule burst <= quota."""
+    CPUs they may run on bound that), within the kernel's rule burst <= quota."""
     quota = group.limit.quota_us
     if quota is None:
         return None
-    cpus = max(1, min(facts.ncpu, facts.threads or facts.ncpu, math.ceil(quota / group.limit.period_us)))
+    cpus = max(1, min(facts.cpus, facts.threads or facts.cpus, math.ceil(quota / group.limit.period_us)))
     return min(quota, facts.tick_us * cpus)
 
 
@@ -108,21 +131,21 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
     if group.limited_by != group.path:
         diag.causes.append(Cause("parent-limit", "a parent's limit", f"{group.limited_by} allows {limit.describe()}, "
                                  f"less than this group's own {group.limit.describe()}"))  # fmt: skip
-    running = max(1, min(facts.ncpu, facts.threads or 1, math.ceil(limit.cpus or 1)))
+    running = max(1, min(facts.cpus, facts.threads or 1, math.ceil(limit.cpus or 1)))
     # below-quota causes and their fix only when such periods are more than strays among
     # over-use (sysbench at twice its quota: 1 of 399 called below quota, and a burst offered)
     unnecessary = below > 0 and verdict != "at-quota"
     if unnecessary:
         overrun = facts.tick_us * running
         diag.causes.append(Cause("tick-overrun", "tick-overrun debt paid from the next period",
-                                 f"HZ={facts.hz or '? (assumed 250)'}: each of the {running} CPUs it runs on can "
+                                 f"HZ={facts.hz or '? (assumed 250)'}: each of the {_n_cpus(running)} it runs on can "
                                  f"overrun a period's end by up to a {facts.tick_us / 1000:g} ms tick, "
                                  f"{overrun / 1000:g} ms of a {quota / 1000:g} ms quota "
                                  f"({100 * overrun / quota:.0f} %); burst {limit.burst_us / 1000:g} ms"))  # fmt: skip
         held = facts.slice_us * running
         if held * 4 >= quota:
             diag.causes.append(Cause("stranded-runtime", "runtime stranded in other CPUs' local pools",
-                                     f"each CPU takes {facts.slice_us / 1000:g} ms slices; {running} CPUs can hold "
+                                     f"each CPU takes {facts.slice_us / 1000:g} ms slices; {_n_cpus(running)} can hold "
                                      f"{held / 1000:g} ms of the {quota / 1000:g} ms quota"))  # fmt: skip
     late = sorted(facts.timer_late_us or [])
     if unnecessary and late:
@@ -132,10 +155,29 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
                                      f"the refill ran up to {late[-1] / 1000:.2f} ms late (p99 {p99 / 1000:.2f} ms) "
                                      f"in a {limit.period_us / 1000:g} ms period: throttled runqueues wait for it; "
                                      "an interrupt-heavy or overcommitted (virtual) machine"))  # fmt: skip
-    if facts.threads > math.ceil(limit.cpus or 0) and limit.cpus is not None:
-        diag.causes.append(Cause("threads", "more threads than the quota's CPUs",
-                                 f"{facts.threads} threads for {limit.cpus:.2f} CPUs: size thread pools "
-                                 f"(GOMAXPROCS, -XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
+    at_once = min(facts.threads, facts.cpus)  # threads beyond the CPUs they may use wait for each other
+    if limit.cpus is not None and at_once > math.ceil(limit.cpus):
+        diag.causes.append(Cause("threads", "more threads running at once than the quota's CPUs",
+                                 f"{facts.threads} threads on {_n_cpus(facts.cpus)} run {at_once} at once against "
+                                 f"{limit.cpus:.2f} CPUs of quota, which they spend {at_once / limit.cpus:.1f} x as "
+                                 "fast as the period passes: size thread pools (GOMAXPROCS, "
+                                 f"-XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
+    own = group.limited_by == group.path  # a parent's quota is shared with the group's siblings
+    if own and below + at > 0 and limit.cpus is not None and limit.cpus >= facts.cpus * (1 - WHOLE_CPU):
+        # every throttle of such a group is unnecessary: it cannot want more than its CPUs
+        diag.causes.append(Cause("quota-covers-cpus", "a quota as large as the CPUs it may run on",
+                                 f"{limit.cpus:.2f} CPUs of quota, and its threads may run on {_n_cpus(facts.cpus)} "
+                                 f"({groups.cpu_list(list(facts.allowed)) or 'all'}): the quota caps nothing the "
+                                 "CPUs do not, it only throttles"))  # fmt: skip
+        diag.alternatives = alternatives(group, None)
+    elif own and unnecessary and limit.cpus is not None and 0 < _whole(limit.cpus) < facts.cpus:
+        pinned = list(facts.allowed or range(facts.cpus))[: _whole(limit.cpus)]
+        diag.causes.append(Cause("cpuset", "a whole-CPU quota that a cpuset could replace",
+                                 f"{limit.cpus:.2f} CPUs of quota on {_n_cpus(facts.cpus)}: pinned to "
+                                 f"{len(pinned)} of them ({groups.cpu_list(pinned)}) with no quota it is bounded the "
+                                 "same and never throttled; it can then no longer use the other CPUs when they "
+                                 "are idle"))  # fmt: skip
+        diag.alternatives = alternatives(group, pinned)
     used = analysis.used_cpus
     bursty = at > 0 and used is not None and limit.cpus is not None and used <= BURSTY_SHARE * limit.cpus
     if bursty and used is not None and limit.cpus is not None and group.limited_by == group.path:
@@ -180,4 +222,36 @@ def commands(group: LiveGroup, burst_us: int) -> list[tuple[str, str]]:
         unit = ident.unit
         out.append(("systemd", f"no unit option sets burst: the raw write above after each start of {unit}, or "
                                f"a longer period: systemctl set-property {unit} CPUQuotaPeriodSec=100ms"))  # fmt: skip
+    return out
+
+
+def alternatives(group: LiveGroup, pinned: list[int] | None) -> list[tuple[str, str]]:
+    """How to drop the group's quota, pinning it first to `pinned` CPUs if given, where it
+    comes from. bwlab writes only bursts (tune): these are the user's to run."""
+    hier = group.hierarchy
+    raw: list[str] = []
+    cpus = groups.cpu_list(pinned) if pinned is not None else ""
+    if pinned is not None:
+        cpuset = group.dir / "cpuset.cpus"
+        if hier.version == 2 and cpuset.is_file():
+            raw.append(f"echo {cpus} > {shlex.quote(str(cpuset))}")
+        else:  # v1 keeps cpusets in another hierarchy: the threads' affinity does the same
+            procs = shlex.quote(str(group.dir / "cgroup.procs"))
+            raw.append(f"for p in $(cat {procs}); do taskset -a -c -p {cpus} $p; done")
+    if hier.version == 2:
+        raw.append(f"echo max > {shlex.quote(str(group.dir / 'cpu.max'))}")
+    else:
+        raw.append(f"echo -1 > {shlex.quote(str(group.dir / 'cpu.cfs_quota_us'))}")
+    out = [(f"cgroup v{hier.version}", " && ".join(raw))]
+    ident = group.identity
+    if ident.runtime == "docker" and ident.container_id:
+        how = f"--cpuset-cpus {cpus} in place of --cpus" if pinned is not None else "without --cpus: its CPUs bound it"
+        out.append(("docker", f"run container {ident.container_id[:12]} {how}"))
+    if ident.kind == "systemd" and ident.unit:
+        how = f"AllowedCPUs={cpus} (cgroup v2) in place of CPUQuota=" if pinned is not None else "no CPUQuota="
+        out.append(("systemd", f"{ident.unit} with {how} (systemctl edit {ident.unit})"))
+    if ident.kind == "pod":
+        out.append(("kubernetes", "a Guaranteed pod (CPU request == limit, whole CPUs) on a kubelet with "
+                                  "cpuManagerPolicy: static gets exclusive CPUs, and from Kubernetes 1.33 "
+                                  "(DisableCPUQuotaWithExclusiveCPUs) no CFS quota"))  # fmt: skip
     return out

@@ -345,7 +345,8 @@ class Watcher:
                     c.debt_s += max(0.0, p.usage_us - capacity * p.periods) / 1e6
             if analysis.throttled:
                 threads_n = (rec.busy_threads() or len(rec.tids)) if rec else 0
-                facts = dataclasses.replace(self.facts, threads=threads_n)
+                allowed = tuple(tr.group.allowed_cpus(rec.tids)) if rec else ()  # its cpuset, its affinity
+                facts = dataclasses.replace(self.facts, threads=threads_n, allowed=allowed)
                 diag = diagnose.diagnose(tr.group, analysis, facts)
                 for cause in diag.causes:
                     c.causes[cause.key] = c.causes.get(cause.key, 0) + analysis.throttled

@@ -8,6 +8,7 @@ Only reads. Paths are relative to the hierarchy's root ("/kubepods/burstable/pod
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections.abc import Iterator
@@ -69,6 +70,27 @@ class LiveGroup:
             except OSError:
                 continue
         return tids
+
+    def allowed_cpus(self, tids: list[int] | None = None) -> list[int]:
+        """The CPUs its threads may run on: the union of their affinity masks, which the
+        cpuset (of either hierarchy), taskset and a runtime's --cpuset-cpus all narrow. Every
+        CPU of the machine when no thread can be asked (none left, or none readable)."""
+        cpus: set[int] = set()
+        for tid in self.threads() if tids is None else tids:
+            with contextlib.suppress(OSError):  # gone, or not ours to ask
+                cpus |= os.sched_getaffinity(tid)
+        return sorted(cpus) if cpus else list(range(os.cpu_count() or 1))
+
+
+def cpu_list(cpus: list[int]) -> str:
+    """CPU numbers as the kernel writes them (cpuset.cpus, taskset -c): "0-3,6"."""
+    out: list[str] = []
+    for cpu in sorted(set(cpus)):
+        if out and cpu == int(out[-1].rsplit("-", 1)[-1]) + 1:
+            out[-1] = f"{out[-1].split('-')[0]}-{cpu}"
+        else:
+            out.append(str(cpu))
+    return ",".join(out)
 
 
 def hierarchy(root: Path | None = None) -> Hierarchy:
