@@ -148,11 +148,15 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
 
     # the report counts the periods whose (traced) demand lies within 3 % of the quota of the line
     # (the quota as a rate: a period stretched by a late timer holds that much more of it)
-    def near_line(p: dict[str, object]) -> bool:
+    def near_line(p: dict[str, object]) -> bool | None:
+        """The flag as recomputed from the JSON; None at the band's very edge, where the JSON's
+        rounding (boundaries to the us, demand to the us) decides (a run here once differed)."""
         capacity = max(1.0, (float(p["end"]) - float(p["start"])) * 1e6 / period_us) * quota  # type: ignore[arg-type]
-        return abs(float(p["demand_us"]) - 1.1 * capacity) <= 0.03 * capacity  # type: ignore[arg-type]
+        off = abs(float(p["demand_us"]) - 1.1 * capacity)  # type: ignore[arg-type]
+        return None if abs(off - 0.03 * capacity) <= 1e-4 * capacity else off <= 0.03 * capacity
 
-    assert all(p["near_line"] == near_line(p) for p in found), [p["demand_us"] for p in found if p["near_line"]]
+    wrong = [(p["demand_us"], p["near_line"]) for p in found if near_line(p) not in (None, p["near_line"])]
+    assert not wrong, (quota, wrong)
     per_period = doc["per_period"]
     assert isinstance(per_period, list)
     assert doc["near_line"] == sum(p["throttled"] for p in per_period if p["near_line"])
