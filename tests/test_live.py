@@ -586,3 +586,16 @@ def test_allowed_cpus_are_the_threads_affinity_and_listed_as_the_kernel_does() -
     assert me.allowed_cpus([os.getpid()]) == sorted(os.sched_getaffinity(0))
     assert me.allowed_cpus([2**22 + 7]) == list(range(os.cpu_count() or 1))  # no such thread: every CPU
     assert groups.cpu_list([0, 1, 2, 5, 7, 8]) == "0-2,5,7-8" and groups.cpu_list([3]) == "3"
+
+
+def test_a_burst_smaller_than_needed_is_named() -> None:
+    """Contract: a group throttled below quota through a burst smaller than the one recommended
+    is told so; with the recommended burst or none, not."""
+    hier = Hierarchy(1, Path("/nonexistent"))
+    facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=2, mean_cpus=2.0, allowed=(0, 1))
+    for burst, named in ((0, False), (4000, True), (8000, False)):
+        lim = Limit(20000, 10000, burst)
+        group = groups.LiveGroup("/g", hier, lim, lim, "/g", identify("/g"))
+        diag = diagnose.diagnose(group, _throttled(20, 0, 20000, 10000), facts)
+        assert diag.burst_us == 8000  # one 4 ms tick per CPU
+        assert ("burst-too-small" in {c.key for c in diag.causes}) == named, (burst, diag.causes)

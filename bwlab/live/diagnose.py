@@ -197,6 +197,10 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
         diag.burst_us = recommended_burst(group, facts)
     if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
         diag.commands = commands(group, diag.burst_us)
+        if group.limit.burst_us > 0:  # it has one, and is throttled through it
+            diag.causes.append(Cause("burst-too-small", "a burst too small",
+                                     f"its burst of {group.limit.burst_us / 1000:g} ms is less than the "
+                                     f"{diag.burst_us / 1000:g} ms recommended above"))  # fmt: skip
     return diag
 
 
