@@ -15,7 +15,7 @@ import pytest
 
 from bwlab.commands.live import doctor_interval_s
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, sampler, threads
+from bwlab.live import diagnose, ebpf, groups, sampler, threadpools, threads
 from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
 from bwlab.live.threads import ThreadRecorder
@@ -599,3 +599,88 @@ def test_a_burst_smaller_than_needed_is_named() -> None:
         diag = diagnose.diagnose(group, _throttled(20, 0, 20000, 10000), facts)
         assert diag.burst_us == 8000  # one 4 ms tick per CPU
         assert ("burst-too-small" in {c.key for c in diag.causes}) == named, (burst, diag.causes)
+
+
+def _uvarint(n: int) -> bytes:
+    out = b""
+    while n >= 0x80:
+        out += bytes([n & 0x7F | 0x80])
+        n >>= 7
+    return out + bytes([n])
+
+
+def test_go_buildinfo_gives_the_version_and_modules(tmp_path: Path) -> None:
+    mod = "path\texample.com/srv\ndep\tgo.uber.org/automaxprocs\tv1.6.0\th1:x=\n" * 3  # > 127: a 2-byte length
+    exe = tmp_path / "srv"
+    exe.write_bytes(b"\x7fELF" + b"\0" * 4000 + threadpools.GO_MAGIC + bytes([8, 2]) + b"\0" * 16
+                    + _uvarint(8) + b"go1.25.4" + _uvarint(len(mod)) + mod.encode() + b"\0" * 64)  # fmt: skip
+    assert threadpools.go_buildinfo(str(exe)) == ("go1.25.4", mod)
+    old = tmp_path / "old"  # Go 1.17 and earlier: pointers, not inline strings
+    old.write_bytes(b"\x7fELF" + threadpools.GO_MAGIC + bytes([8, 0]) + b"\0" * 64)
+    assert threadpools.go_buildinfo(str(old)) == ("", "")
+    (tmp_path / "c").write_bytes(b"\x7fELF not go")
+    assert threadpools.go_buildinfo(str(tmp_path / "c")) is None
+    assert threadpools.go_buildinfo(str(tmp_path / "missing")) is None
+
+
+@pytest.mark.parametrize(
+    ("version", "modinfo", "env", "allowed", "quota", "size"),
+    [
+        ("go1.19.8", "", {}, 8, 1.0, 8),  # before 1.25: the CPUs, whatever the quota
+        ("go1.25.0", "", {}, 8, 2.5, 3),  # 1.25: the quota rounded up
+        ("go1.25.0", "", {}, 8, 0.5, 2),  # ... at least 2
+        ("go1.26.1", "", {}, 2, 3.5, 2),  # ... at most the CPUs it may run on
+        ("go1.25.0", "", {}, 8, None, 8),  # no quota on its own cgroup
+        ("go1.25.0", "", {"GODEBUG": "containermaxprocs=0"}, 8, 1.0, 8),
+        ("go1.25.0", "", {"GOMAXPROCS": "3"}, 8, 1.0, 3),  # the environment first
+        ("go1.22.1", "dep\tgo.uber.org/automaxprocs\tv1.6.0\n", {}, 8, 2.5, 2),  # automaxprocs: rounded down
+        ("go1.22.1", "dep\tgo.uber.org/automaxprocs\tv1.6.0\n", {}, 8, 0.5, 1),  # ... at least 1
+    ],
+)
+def test_gomaxprocs_as_each_go_picks_it(monkeypatch: pytest.MonkeyPatch, version: str, modinfo: str,
+                                        env: dict[str, str], allowed: int, quota: float | None,
+                                        size: int) -> None:  # fmt: skip
+    monkeypatch.setattr(threadpools, "_environ", lambda pid: env)
+    monkeypatch.setattr(threadpools, "_allowed", lambda pid: allowed)
+    pool = threadpools.go_pool(7, "/srv", (version, modinfo), quota)
+    assert pool.runtime == "go" and pool.size == size, pool
+    assert pool.advice(2) == "GOMAXPROCS=2 in its environment"
+
+
+@pytest.mark.parametrize(
+    ("env", "args", "quota", "size"),
+    [
+        ({}, ["java", "-jar", "x.jar"], 1.5, 2),  # container support: the quota rounded up
+        ({}, ["java", "-XX:-UseContainerSupport", "Main"], 1.5, 8),
+        ({"JAVA_TOOL_OPTIONS": "-XX:ActiveProcessorCount=3"}, ["java", "Main"], 1.5, 3),
+        ({"JAVA_TOOL_OPTIONS": "-XX:ActiveProcessorCount=3"}, ["java", "-XX:ActiveProcessorCount=5", "M"], 1.5, 5),
+        ({}, ["java", "Main"], None, 8),
+    ],
+)
+def test_the_jvms_active_processors(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], args: list[str],
+                                    quota: float | None, size: int) -> None:  # fmt: skip
+    monkeypatch.setattr(threadpools, "_environ", lambda pid: env)
+    monkeypatch.setattr(threadpools, "_cmdline", lambda pid: args)
+    monkeypatch.setattr(threadpools, "_allowed", lambda pid: 8)
+    pool = threadpools.jvm_pool(7, "/nonexistent/bin/java", quota)
+    assert pool.runtime == "jvm" and pool.size == size and pool.version is None, pool
+
+
+def test_the_threads_cause_says_what_sizes_a_wide_pool() -> None:
+    hier = Hierarchy(1, Path("/nonexistent"))
+    group = groups.LiveGroup("/g", hier, Limit(10000, 10000), Limit(10000, 10000), "/g", identify("/g"))
+    wide = threadpools.Pool(42, "/usr/bin/srv", "go", "go1.19.8", 4, "the 4 CPUs it may run on")
+    narrow = threadpools.Pool(43, "/usr/bin/tool", "go", "go1.25.0", 1, "GOMAXPROCS=1 in its environment")
+    facts = diagnose.Facts(ncpu=4, hz=250, slice_us=5000, threads=6, mean_cpus=1.0, allowed=(0, 1, 2, 3),
+                           pools=(wide, narrow))  # fmt: skip
+    cause = {c.key: c for c in diagnose.diagnose(group, _throttled(20, 0, 10000, 10000), facts).causes}["threads"]
+    assert "srv (pid 42, go1.19.8) runs 4 at once" in cause.evidence and "GOMAXPROCS=1 in its" in cause.evidence
+    assert "tool" not in cause.evidence  # already as narrow as the quota
+
+
+def test_the_replay_agrees_within_the_issues_tolerance() -> None:
+    from bwlab.live import whatif
+
+    assert whatif.agrees(100, 80) and not whatif.agrees(100, 79)  # 20 % of what was measured
+    assert whatif.agrees(10, 13) and not whatif.agrees(10, 14)  # or 3 points below 15 %
+    assert whatif.agrees(50, 60) and not whatif.agrees(50, 39) and whatif.agrees(0, 3) and not whatif.agrees(0, 4)

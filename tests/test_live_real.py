@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -150,6 +151,15 @@ def test_twice_the_quota_is_at_quota() -> None:
         assert at >= 0.95 * throttled, doc  # precision of "below quota": none of these is
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and diag["verdict"] == "at-quota" and diag["commands"] == []
+        # over-use is replayed too (no burst offered): as it is, within the issue's tolerance of
+        # the measured (every period; 82.8 % predicted in one run here); one thread instead of two
+        # wants the quota exactly and, on a stock kernel, is throttled in some periods by the
+        # tick overrun, not in all
+        predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+        assert doc["replay_check"]["agrees"], doc["replay_check"]  # type: ignore[index]
+        assert not any(s.startswith("burst") for s in predicted), predicted
+        if NCPU == 2:
+            assert 0 < predicted["threads 1 (not 2)"] < 80, predicted
 
 
 def test_sparse_reads_bracket_each_boundary_with_a_third_of_the_reads() -> None:
@@ -482,34 +492,99 @@ def test_mixed_demand_per_period_truth(tmp_path: Path) -> None:
     subprocess.run(["cc", "-static", "-O2", "-Wall", "-Wextra", "-Werror", "-o", str(program),
                     str(Path(__file__).parent / "data" / "mixed.c")], check=True)  # fmt: skip
     hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("mixed"), 10000, 10000, 0, None) as grp:
 
-        def join() -> None:
-            for procs in grp.procs_files:
-                Path(procs).write_text(str(os.getpid()))
+    def run() -> dict[str, int]:
+        with hier.group(cgroup.unique_name("mixed"), 10000, 10000, 0, None) as grp:
 
-        with (tmp_path / "out").open("w+") as out:
-            proc = subprocess.Popen([str(program), "1", "2", str(int(BLOCK_S * 1000)), "9"], stdout=out,
-                                    preexec_fn=join)  # fmt: skip
-            try:
-                time.sleep(0.3)
-                doc = json.loads(bwlab("doctor", rel(grp), "--seconds", "6", "--json", "-", "--no-predict").stdout)
-            finally:
-                proc.kill()
-                proc.wait()
-            out.seek(0)
-            t0 = int(out.readline()) / 1e9
-    counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
-    for period in doc["per_period"]:
-        if not period["throttled"]:
-            continue
-        start, end = period["start"], period["end"]
-        block = int((start - t0) // BLOCK_S)
-        after, before = (start - t0) % BLOCK_S, BLOCK_S - (end - t0) % BLOCK_S
-        if block != int((end - t0 - 1e-9) // BLOCK_S) or after < 0.020 or before < 0.010:
-            continue  # an edge in it, in the two periods before (debt) or the one after (a thread step)
-        truth, said = block % 2 == 0, period["verdict"] == "below"
-        counts[("t" if truth == said else "f") + ("p" if said else "n")] += 1
+            def join() -> None:
+                for procs in grp.procs_files:
+                    Path(procs).write_text(str(os.getpid()))
+
+            with (tmp_path / "out").open("w+") as out:
+                proc = subprocess.Popen([str(program), "1", "2", str(int(BLOCK_S * 1000)), "9"], stdout=out,
+                                        preexec_fn=join)  # fmt: skip
+                try:
+                    time.sleep(0.3)
+                    doc = json.loads(bwlab("doctor", rel(grp), "--seconds", "6", "--json", "-", "--no-predict").stdout)
+                finally:
+                    proc.kill()
+                    proc.wait()
+                out.seek(0)
+                t0 = int(out.readline()) / 1e9
+        counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
+        for period in doc["per_period"]:
+            if not period["throttled"]:
+                continue
+            start, end = period["start"], period["end"]
+            block = int((start - t0) // BLOCK_S)
+            after, before = (start - t0) % BLOCK_S, BLOCK_S - (end - t0) % BLOCK_S
+            if block != int((end - t0 - 1e-9) // BLOCK_S) or after < 0.020 or before < 0.010:
+                continue  # an edge in it, in the two periods before (debt) or the one after (a thread step)
+            truth, said = block % 2 == 0, period["verdict"] == "below"
+            counts[("t" if truth == said else "f") + ("p" if said else "n")] += 1
+        return counts
+
+    # the one-process blocks are throttled in about half their periods, but a run here once had
+    # 23 such periods where three later runs had 100-116 (watching changes it, docs/live.md): up to three
+    # runs for one where both kinds were throttled enough to judge
+    for _ in range(3):
+        counts = run()
+        print(f"mixed blocks, throttled periods away from the edges: {counts}")
+        if counts["tp"] + counts["fn"] > 50 and counts["tn"] + counts["fp"] > 50:
+            break
     assert counts["tp"] > 50 and counts["tn"] > 50, counts  # both kinds were throttled
     assert counts["tp"] / (counts["tp"] + counts["fp"]) >= 0.95, counts  # precision of "below quota"
     assert counts["tp"] / (counts["tp"] + counts["fn"]) >= 0.95, counts  # recall
+
+
+def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path) -> None:
+    """Contract: doctor reads what sizes the thread pools of the Go programs and JVMs in the
+    group from the running processes, and reports each pool's size as that runtime picks it
+    under the group's 1-CPU quota: Debian's Prometheus (Go, the version it reports), alone and
+    with GOMAXPROCS=1 in its environment; a Go 1.25+ program and a JVM where a toolchain is
+    installed (skipped otherwise)."""
+    import socket
+
+    def port() -> int:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            return int(s.getsockname()[1])
+
+    (tmp_path / "empty.yml").write_text("global: {}\n")
+    prometheus = [
+        "prometheus",
+        "--log.level=error",
+        f"--config.file={tmp_path / 'empty.yml'}",
+        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+    ]
+    reported = subprocess.run(["prometheus", "--version"], capture_output=True, text=True, check=True)
+    go_version = reported.stdout.split("go version:")[1].split()[0]  # "go1.19.8"
+    major, minor = (int(x) for x in go_version.removeprefix("go").split(".")[:2])
+    listen = [f"--web.listen-address=127.0.0.1:{port()}", f"--web.listen-address=127.0.0.1:{port()}"]
+    cases = [([*prometheus, listen[0]], "go", go_version, min(NCPU, 2) if (major, minor) >= (1, 25) else NCPU),
+             (["env", "GOMAXPROCS=1", *prometheus, listen[1]], "go", go_version, 1)]  # fmt: skip
+    if (go := shutil.which("go")) is not None:
+        (tmp_path / "sleep.go").write_text('package main\nimport "time"\nfunc main() { time.Sleep(time.Minute) }\n')
+        env = {**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOTOOLCHAIN": "local"}
+        built = subprocess.run([go, "build", "-o", str(tmp_path / "sleep"), str(tmp_path / "sleep.go")],
+                               capture_output=True, text=True, env=env)  # fmt: skip
+        assert built.returncode == 0, built.stderr
+        version = subprocess.run([go, "version", str(tmp_path / "sleep")], capture_output=True, text=True).stdout
+        toolchain = version.split()[1]
+        if tuple(int(x) for x in toolchain.removeprefix("go").split(".")[:2]) >= (1, 25):
+            cases.append(([str(tmp_path / "sleep")], "go", toolchain, min(NCPU, 2)))  # 1 CPU rounded up, at least 2
+    if (java := shutil.which("java")) is not None:
+        (tmp_path / "Sleep.java").write_text("class Sleep { public static void main(String[] a) throws Exception "
+                                             "{ Thread.sleep(60000); } }\n")  # fmt: skip
+        cases.append(([java, str(tmp_path / "Sleep.java")], "jvm", None, 1))  # container support: ceil(1 CPU)
+        cases.append(([java, "-XX:ActiveProcessorCount=3", str(tmp_path / "Sleep.java")], "jvm", None, 3))
+    for argv, runtime, version, size in cases:
+        with running_in_group("pool", 100000, 100000, argv) as grp:
+            time.sleep(2 if runtime == "jvm" else 0.5)  # the JVM compiles the source first
+            facts = doctor(grp, 1, "--no-predict")["facts"]
+            assert isinstance(facts, dict)
+            pools = facts["pools"]
+            assert len(pools) == 1, (argv, pools)
+            pool = pools[0]
+            assert pool["runtime"] == runtime and pool["size"] == size, (argv, pool)
+            assert version is None or pool["version"] == version, (argv, pool)

@@ -25,7 +25,7 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
-from bwlab.live import groups
+from bwlab.live import groups, threadpools
 from bwlab.live.groups import LiveGroup
 from bwlab.paths import sysctl_path
 from bwlab.periods import Analysis
@@ -39,6 +39,12 @@ LATE_TIMER_SHARE = 0.02
 
 # a quota within this share of a whole number of CPUs is taken as that many CPUs
 WHOLE_CPU = 0.001
+
+
+def _pool_advice(pools: tuple[threadpools.Pool, ...], n: int) -> str:
+    """What sizes each Go or JVM pool wider than `n`, and how to make it `n`."""
+    wide = [p for p in pools if p.size > n]
+    return "".join(f"; {p.describe()}: {p.advice(n)}" for p in wide[:3])
 
 
 def _n_cpus(n: int) -> str:
@@ -62,6 +68,7 @@ class Facts:
     mean_cpus: float  # CPUs the group used on average while watched
     timer_late_us: list[float] | None = None  # each period timer expiry's lateness, if traced (ebpf.py)
     allowed: tuple[int, ...] = ()  # the CPUs its threads may run on (affinity, cpuset); (): all
+    pools: tuple[threadpools.Pool, ...] = ()  # its Go programs' and JVMs' thread pools
 
     @property
     def tick_us(self) -> int:
@@ -161,7 +168,8 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
                                  f"{facts.threads} threads on {_n_cpus(facts.cpus)} run {at_once} at once against "
                                  f"{limit.cpus:.2f} CPUs of quota, which they spend {at_once / limit.cpus:.1f} x as "
                                  "fast as the period passes: size thread pools (GOMAXPROCS, "
-                                 f"-XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"))  # fmt: skip
+                                 f"-XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"
+                                 + _pool_advice(facts.pools, math.ceil(limit.cpus))))  # fmt: skip
     own = group.limited_by == group.path  # a parent's quota is shared with the group's siblings
     if own and below + at > 0 and limit.cpus is not None and limit.cpus >= facts.cpus * (1 - WHOLE_CPU):
         # every throttle of such a group is unnecessary: it cannot want more than its CPUs

@@ -71,6 +71,21 @@ class LiveGroup:
                 continue
         return tids
 
+    def processes(self) -> list[tuple[int, float | None]]:
+        """The group's processes, descendants included, each with the quota (CPUs) of the
+        cgroup it is in itself: what a program that reads its limit sees (Go's GOMAXPROCS)."""
+        out: list[tuple[int, float | None]] = []
+        for root, _, files in os.walk(self.dir):
+            if "cgroup.procs" not in files:
+                continue
+            try:
+                pids = [int(p) for p in Path(root, "cgroup.procs").read_text().split()]
+                quota = read_limit(self.hierarchy, root).cpus if pids else None
+            except (OSError, BwlabError):
+                continue
+            out += [(pid, quota) for pid in pids]
+        return out
+
     def allowed_cpus(self, tids: list[int] | None = None) -> list[int]:
         """The CPUs its threads may run on: the union of their affinity masks, which the
         cpuset (of either hierarchy), taskset and a runtime's --cpuset-cpus all narrow. Every

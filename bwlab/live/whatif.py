@@ -34,6 +34,16 @@ class Prediction:
     stall_p99_us: float | None = None  # p99 of a CPU's throttled time in a period, when throttled
 
 
+def agrees(measured_pct: float, predicted_pct: float) -> bool:
+    """A prediction of throttled periods within the issue's tolerance of what was measured:
+    20 % of it, or 3 points when it is below 15 %. The replay "as it is" against the watched
+    group says how far its other rows can be trusted: work a group could not run and queued
+    in user space (a Go program's goroutines beyond GOMAXPROCS) is not in the recording, so an
+    over-used group is replayed wanting only what it got."""
+    off = abs(predicted_pct - measured_pct)
+    return off <= 0.2 * measured_pct or (measured_pct < 15 and off <= 3)
+
+
 def stall_p99(outs: list[dict[str, Any]]) -> float | None:
     """The p99 of how long a CPU's runqueue of the group sat throttled in a period, over the
     periods the simulations kept (the first seed's); None if none was throttled."""
