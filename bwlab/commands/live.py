@@ -46,15 +46,16 @@ out = Console(highlight=False)  # reports and tables: stdout (progress stays on 
 
 
 def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
-             timer_late_us: list[float] | None = None) -> diagnose.Facts:  # fmt: skip
-    """The machine, and the group's threads: those that were busy while watched, else all;
-    the period timer's lateness if it was traced."""
+             timer_late_us: list[float] | None = None, pools: bool = False) -> diagnose.Facts:  # fmt: skip
+    """The machine, and the group's threads: those that were busy while watched, else all, and
+    the CPUs they may run on; the period timer's lateness if it was traced; with `pools`, its
+    Go and JVM thread pools (their executables read: doctor's, not tune --watch's every round)."""
     busy = recorder.busy_threads() if recorder is not None else 0
     tids = group.threads()
     return dataclasses.replace(diagnose.machine_facts(), threads=busy or len(tids),
                                mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
                                timer_late_us=timer_late_us, allowed=tuple(group.allowed_cpus(tids)),
-                               pools=tuple(threadpools.in_group(group.processes())))  # fmt: skip
+                               pools=tuple(threadpools.in_group(group.processes())) if pools else ())  # fmt: skip
 
 
 def doctor_interval_s(period_us: int) -> float:
@@ -133,7 +134,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
-    facts = facts_of(group, recorder, watched.timer_late_us)
+    facts = facts_of(group, recorder, watched.timer_late_us, pools=True)
     diag = diagnose.diagnose(group, analysis, facts)
     burst = diag.burst_us  # predicted with, and without, this burst
     # over-use is replayed too: a pool as wide as the quota or a longer period may still help
