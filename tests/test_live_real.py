@@ -403,7 +403,8 @@ def test_runtime_layouts_are_found_identified_and_diagnosed() -> None:
         systemd_pod = [p for p in rows if p.endswith(f"pod{UID.replace('-', '_')}.slice")]
         assert systemd_pod and f"pod {UID} (burstable)" in rows[systemd_pod[0]]
         docker_row = rows[paths["docker"]]
-        assert float(docker_row.split("│")[4]) > 1.2  # using its 1.5 CPUs
+        assert docker_row.split("│")[4].strip() == f"{NCPU} CPUs", docker_row  # its threads are not pinned
+        assert float(docker_row.split("│")[5]) > 1.2  # using its 1.5 CPUs
         doc = json.loads(bwlab("doctor", CIDS[2][:12], "--seconds", "3", "--json", "-", "--no-predict").stdout)
         assert doc["group"] == paths["docker"] and doc["identity"].startswith("container docker")
         assert doc["diagnosis"]["verdict"] == "at-quota" and doc["at_quota"] > 0.9 * doc["throttled"]
@@ -448,8 +449,25 @@ def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
         doc = json.loads(bwlab("doctor", cid[:12], "--seconds", "3", "--json", "-", "--no-predict").stdout)
         assert doc["group"].endswith(f"libpod-{cid}") and doc["identity"] == f"container podman {cid[:12]}"
         assert doc["diagnosis"]["verdict"] == "at-quota" and doc["facts"]["threads"] == 2  # the two loops
+        # pinned to one CPU with a quota of one (10 ms periods: a stock kernel throttles a busy
+        # loop in about half of them): top shows it, doctor says the quota caps nothing
+        pinned = subprocess.run([*podman, "run", "-d", "--network=none", *PODMAN_ULIMITS, "--cpu-period=10000",
+                                 "--cpu-quota=10000", "--cpuset-cpus=0", "--name", f"{name}-pinned", "bwlab-busybox",
+                                 "sh", "-c", "yes > /dev/null & sleep 60"], capture_output=True, text=True)  # fmt: skip
+        assert pinned.returncode == 0, pinned.stderr
+        pid = pinned.stdout.strip().splitlines()[-1]
+        time.sleep(1)
+        top = bwlab("top", "--interval", "1", "--iterations", "1", env={"COLUMNS": "400"})
+        (row,) = [line for line in top.stdout.splitlines() if pid in line]
+        assert row.split("│")[4].strip() == "1 CPU", row
+        doc = json.loads(bwlab("doctor", pid[:12], "--seconds", "3", "--json", "-", "--no-predict").stdout)
+        assert doc["facts"]["allowed"] == [0], doc["facts"]
+        print(f"pinned container: throttled in {doc['throttled']} of {doc['periods']} periods")
+        assert doc["throttled"] > 0.1 * doc["periods"], doc["diagnosis"]  # by the tick overrun alone
+        assert "quota-covers-cpus" in {c["key"] for c in doc["diagnosis"]["causes"]}, doc["diagnosis"]
+        assert any(a["runtime"] == "cgroup v1" for a in doc["diagnosis"]["alternatives"]), doc["diagnosis"]
     finally:
-        subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True)
+        subprocess.run([*podman, "rm", "-f", "-t", "0", name, f"{name}-pinned"], capture_output=True)
         subprocess.run([*podman, "rmi", "-f", "bwlab-busybox"], capture_output=True)
         subprocess.run(["rm", "-rf", str(runroot), str(tmp_path / "storage")], check=False)
 

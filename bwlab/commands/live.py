@@ -38,6 +38,7 @@ REPLAY_MAX_S = 60.0
 
 # the what-if's longer period: the kernel's default
 LONG_PERIOD_US = 100_000
+TOP_AFFINITY_THREADS = 64  # top reads the affinity of this many of a group's threads at most
 
 # top walks the hierarchy for new and removed groups every this many refreshes
 REDISCOVER = 5
@@ -345,12 +346,14 @@ def cmd_top(args: argparse.Namespace) -> int:
     readers: dict[str, tuple[LiveGroup, sampler.Reader, Sample]] = {}
 
     found: dict[str, LiveGroup] = {}
+    cpus: dict[str, int] = {}  # the CPUs each group's threads may run on, read at discovery
     rounds = 0
 
     def refresh() -> list[tuple[LiveGroup, window.Window]]:
-        nonlocal found, rounds
+        nonlocal found, cpus, rounds
         if rounds % REDISCOVER == 0:  # walking the hierarchy costs more than reading counters
             found = {g.path: g for g in groups.discover(hier)}
+            cpus = {path: len(g.allowed_cpus(g.threads()[:TOP_AFFINITY_THREADS])) for path, g in found.items()}
         rounds += 1
         for path in list(readers):
             if path not in found:
@@ -375,11 +378,16 @@ def cmd_top(args: argparse.Namespace) -> int:
 
     def table(rows: list[tuple[LiveGroup, window.Window]]) -> Table:
         t = Table(title=f"CPU-limited cgroups ({hier.describe()}), last {args.interval:g} s")
-        for col in ("group", "who", "limit (CPUs)", "used", "throttled", "likely below quota", "demand/quota"):
+        for col in ("group", "who", "limit (CPUs)", "may run on", "used", "throttled", "likely below quota",
+                    "demand/quota"):  # fmt: skip
             t.add_column(col, overflow="fold")
         for group, w in rows[: args.limit]:
             ratio = w.demand_per_capacity
-            t.add_row(group.path, group.identity.describe(), f"{group.effective.cpus:.2f}", f"{w.cpus_used:.2f}",
+            n = cpus.get(group.path, 0)
+            # a quota of every CPU its threads may use caps nothing, and only throttles
+            where = f"{n} CPU" if n == 1 else f"{n} CPUs"
+            where = f"[yellow]{where}[/yellow]" if n and (group.effective.cpus or 0) >= n else where
+            t.add_row(group.path, group.identity.describe(), f"{group.effective.cpus:.2f}", where, f"{w.cpus_used:.2f}",
                       "-" if w.throttled_pct is None else f"{w.throttled_pct:.1f} %",
                       f"{100 * w.likely_below / w.periods:.1f} %" if w.periods else "-",
                       "-" if ratio is None else f"{ratio:.2f}")  # fmt: skip
