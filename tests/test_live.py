@@ -684,3 +684,12 @@ def test_the_replay_agrees_within_the_issues_tolerance() -> None:
     assert whatif.agrees(100, 80) and not whatif.agrees(100, 79)  # 20 % of what was measured
     assert whatif.agrees(10, 13) and not whatif.agrees(10, 14)  # or 3 points below 15 %
     assert whatif.agrees(50, 60) and not whatif.agrees(50, 39) and whatif.agrees(0, 3) and not whatif.agrees(0, 4)
+
+
+def test_processes_come_with_the_quota_of_the_cgroup_they_are_in(tmp_path: Path) -> None:
+    """What Go reads: the limit of the process's own cgroup, not the group doctor was given."""
+    hier = _v1_tree(tmp_path)
+    pod = groups.find(f"/kubepods/pod{UID}", hier)
+    (tmp_path / "cpu" / f"kubepods/pod{UID}" / "cgroup.procs").write_text("11\n")
+    (tmp_path / "cpu" / f"kubepods/pod{UID}/{CID}" / "cgroup.procs").write_text("12\n13\n")
+    assert sorted(pod.processes()) == [(11, 1.5), (12, None), (13, None)]  # the container has no quota of its own

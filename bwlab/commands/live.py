@@ -236,7 +236,7 @@ def print_report(doc: dict[str, Any]) -> None:
     if before and before["periods"]:
         share = 100 * before["throttled"] / before["periods"]
         out.print(f"before doctor: throttled in {share:.1f} % of the {before['periods']} periods its counters hold "
-                  "(unwatched; watching can lower it)")  # fmt: skip
+                  "(unwatched; watching can lower it)", soft_wrap=True)  # fmt: skip
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
     out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
