@@ -47,15 +47,18 @@ out = Console(highlight=False)  # reports and tables: stdout (progress stays on 
 
 
 def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
-             timer_late_us: list[float] | None = None, pools: bool = False) -> diagnose.Facts:  # fmt: skip
+             timer_late_us: list[float] | None = None, pools: bool = False,
+             allowed: tuple[int, ...] | None = None) -> diagnose.Facts:  # fmt: skip
     """The machine, and the group's threads: those that were busy while watched, else all, and
-    the CPUs they may run on; the period timer's lateness if it was traced; with `pools`, its
-    Go and JVM thread pools (their executables read: doctor's, not tune --watch's every round)."""
+    the CPUs they may run on (`allowed` if already read, as watch() does); the period timer's
+    lateness if it was traced; with `pools`, its Go and JVM thread pools (their executables
+    read: doctor's, not tune --watch's every round)."""
     busy = recorder.busy_threads() if recorder is not None else 0
     tids = group.threads()
     return dataclasses.replace(diagnose.machine_facts(), threads=busy or len(tids),
                                mean_cpus=recorder.mean_cpus() if recorder is not None else 0.0,
-                               timer_late_us=timer_late_us, allowed=tuple(group.allowed_cpus(tids)),
+                               timer_late_us=timer_late_us,
+                               allowed=tuple(group.allowed_cpus(tids)) if allowed is None else allowed,
                                pools=tuple(threadpools.in_group(group.processes())) if pools else ())  # fmt: skip
 
 
@@ -83,6 +86,7 @@ class Watched:
     scheduled: bool = False  # read around the boundaries (sampler.Schedule), not every interval
     reads: int = 0  # of the counters
     before: Sample | None = None  # the counters at the first read: the group's history unwatched
+    allowed: tuple[int, ...] = ()  # the CPUs its threads may run on, read as the watch began
 
 
 def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = False, sparse: bool = False) -> Watched:
@@ -92,8 +96,8 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     if group.effective.quota_us is None:
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     tids = group.threads()
-    allowed = len(group.allowed_cpus(tids))  # what its threads can run on at once, at most
-    recorder = threads.ThreadRecorder(tids, allowed)
+    allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
+    recorder = threads.ThreadRecorder(tids, len(allowed))
     tracer = ebpf.Tracer(recorder.tids) if traced else None
     stepper = threads.Stepper.of(recorder, group.threads, interval_s, THREAD_STEP_S)
 
@@ -116,13 +120,13 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         recorder.close()
         if tracer is not None:
             tracer.close()
-    cpus = max(1, min(allowed, len(recorder.tids) or 1))  # what its threads could run at once
+    cpus = max(1, min(len(allowed), len(recorder.tids) or 1))  # what its threads could run at once
     expiries = trace.timer_of(periods.boundary_intervals(samples)) if trace is not None else None
     demand = (lambda a, b: trace.demand_us(a, b, cpus)) if trace is not None else None
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, demand)  # fmt: skip
     late = trace.lateness_us(expiries or [], group.effective.period_us / 1e6) if trace is not None else None
-    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0])
+    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0], allowed)
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -135,7 +139,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
-    facts = facts_of(group, recorder, watched.timer_late_us, pools=True)
+    facts = facts_of(group, recorder, watched.timer_late_us, pools=True, allowed=watched.allowed)
     diag = diagnose.diagnose(group, analysis, facts)
     burst = diag.burst_us  # predicted with, and without, this burst
     # over-use is replayed too: a pool as wide as the quota or a longer period may still help
@@ -385,7 +389,7 @@ def cmd_top(args: argparse.Namespace) -> int:
             ratio = w.demand_per_capacity
             n = cpus.get(group.path, 0)
             # a quota of every CPU its threads may use caps nothing, and only throttles
-            where = f"{n} CPU" if n == 1 else f"{n} CPUs"
+            where = diagnose.n_cpus(n)
             where = f"[yellow]{where}[/yellow]" if n and (group.effective.cpus or 0) >= n else where
             t.add_row(group.path, group.identity.describe(), f"{group.effective.cpus:.2f}", where, f"{w.cpus_used:.2f}",
                       "-" if w.throttled_pct is None else f"{w.throttled_pct:.1f} %",

@@ -47,7 +47,8 @@ def _pool_advice(pools: tuple[threadpools.Pool, ...], n: int) -> str:
     return "".join(f"; {p.describe()}: {p.advice(n)}" for p in wide[:3])
 
 
-def _n_cpus(n: int) -> str:
+def n_cpus(n: int) -> str:
+    """ "1 CPU", "2 CPUs"."""
     return f"{n} CPU" if n == 1 else f"{n} CPUs"
 
 
@@ -145,14 +146,14 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
     if unnecessary:
         overrun = facts.tick_us * running
         diag.causes.append(Cause("tick-overrun", "tick-overrun debt paid from the next period",
-                                 f"HZ={facts.hz or '? (assumed 250)'}: each of the {_n_cpus(running)} it runs on can "
+                                 f"HZ={facts.hz or '? (assumed 250)'}: each of the {n_cpus(running)} it runs on can "
                                  f"overrun a period's end by up to a {facts.tick_us / 1000:g} ms tick, "
                                  f"{overrun / 1000:g} ms of a {quota / 1000:g} ms quota "
                                  f"({100 * overrun / quota:.0f} %); burst {limit.burst_us / 1000:g} ms"))  # fmt: skip
         held = facts.slice_us * running
         if held * 4 >= quota:
             diag.causes.append(Cause("stranded-runtime", "runtime stranded in other CPUs' local pools",
-                                     f"each CPU takes {facts.slice_us / 1000:g} ms slices; {_n_cpus(running)} can hold "
+                                     f"each CPU takes {facts.slice_us / 1000:g} ms slices; {n_cpus(running)} can hold "
                                      f"{held / 1000:g} ms of the {quota / 1000:g} ms quota"))  # fmt: skip
     late = sorted(facts.timer_late_us or [])
     if unnecessary and late:
@@ -165,7 +166,7 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
     at_once = min(facts.threads, facts.cpus)  # threads beyond the CPUs they may use wait for each other
     if limit.cpus is not None and at_once > math.ceil(limit.cpus):
         diag.causes.append(Cause("threads", "more threads running at once than the quota's CPUs",
-                                 f"{facts.threads} threads on {_n_cpus(facts.cpus)} run {at_once} at once against "
+                                 f"{facts.threads} threads on {n_cpus(facts.cpus)} run {at_once} at once against "
                                  f"{limit.cpus:.2f} CPUs of quota, which they spend {at_once / limit.cpus:.1f} x as "
                                  "fast as the period passes: size thread pools (GOMAXPROCS, "
                                  f"-XX:ActiveProcessorCount) to {math.ceil(limit.cpus)}"
@@ -174,14 +175,14 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
     if own and below + at > 0 and limit.cpus is not None and limit.cpus >= facts.cpus * (1 - WHOLE_CPU):
         # every throttle of such a group is unnecessary: it cannot want more than its CPUs
         diag.causes.append(Cause("quota-covers-cpus", "a quota as large as the CPUs it may run on",
-                                 f"{limit.cpus:.2f} CPUs of quota, and its threads may run on {_n_cpus(facts.cpus)} "
+                                 f"{limit.cpus:.2f} CPUs of quota, and its threads may run on {n_cpus(facts.cpus)} "
                                  f"({groups.cpu_list(list(facts.allowed)) or 'all'}): the quota caps nothing the "
                                  "CPUs do not, it only throttles"))  # fmt: skip
         diag.alternatives = alternatives(group, None)
     elif own and unnecessary and limit.cpus is not None and 0 < _whole(limit.cpus) < facts.cpus:
         pinned = list(facts.allowed or range(facts.cpus))[: _whole(limit.cpus)]
         diag.causes.append(Cause("cpuset", "a whole-CPU quota that a cpuset could replace",
-                                 f"{limit.cpus:.2f} CPUs of quota on {_n_cpus(facts.cpus)}: pinned to "
+                                 f"{limit.cpus:.2f} CPUs of quota on {n_cpus(facts.cpus)}: pinned to "
                                  f"{len(pinned)} of them ({groups.cpu_list(pinned)}) with no quota it is bounded the "
                                  "same and never throttled; it can then no longer use the other CPUs when they "
                                  "are idle"))  # fmt: skip

@@ -72,6 +72,7 @@ class Hot:
     raws: list[tuple[float, bytes, bytes | None]] = field(default_factory=list)
     recorder: threads.ThreadRecorder | None = None
     stepper: threads.Stepper | None = None  # when the recorder reads the threads
+    allowed: tuple[int, ...] = ()  # the CPUs its threads may run on (cpuset, affinity), read as it heated
 
     def close(self) -> None:
         self.reader.close()
@@ -263,13 +264,15 @@ class Watcher:
         except BwlabError:
             return
         interval = sample_interval(tr.group.effective.period_us)
-        recorder = threads.ThreadRecorder(tr.group.threads())
+        tids = tr.group.threads()
+        recorder = threads.ThreadRecorder(tids)
         step = max(0.010, tr.group.effective.period_us / 1e6 / 2)
         # On a grid of its interval from one epoch: groups of the same period are read in one
         # wake-up (each wake-up of this loop costs more than a read).
         due = (now // interval + 1) * interval
         stepper = threads.Stepper.of(recorder, tr.group.threads, interval, step)
-        tr.hot = Hot(reader, interval, now + HOT_S, due, recorder=recorder, stepper=stepper)
+        tr.hot = Hot(reader, interval, now + HOT_S, due, recorder=recorder, stepper=stepper,
+                     allowed=tuple(tr.group.allowed_cpus(tids)))  # fmt: skip
         tr.last_hot = now
         self.hot[path] = tr
 
@@ -319,7 +322,7 @@ class Watcher:
                 analysis = periods.analyze(samples, limit, hot.interval_s, cpus,
                                            rec.wanted_cpus if rec else None,
                                            rec.wanted_us if rec else None)  # fmt: skip
-                self._count(tr, analysis, rec)
+                self._count(tr, analysis, rec, hot.allowed)
                 hot.raws = hot.raws[edges[-1] - 1 :]  # the last boundary starts the next analysis
                 if rec is not None:
                     rec.forget_before(samples[edges[-1] - 1].t)
@@ -328,7 +331,8 @@ class Watcher:
                 tr.hot = None
                 self.hot.pop(path, None)
 
-    def _count(self, tr: Tracked, analysis: periods.Analysis, rec: threads.ThreadRecorder | None) -> None:
+    def _count(self, tr: Tracked, analysis: periods.Analysis, rec: threads.ThreadRecorder | None,
+               allowed: tuple[int, ...] = ()) -> None:  # fmt: skip
         limit = tr.group.effective
         capacity = (limit.quota_us or 0) + limit.burst_us
         with self.lock:
@@ -345,7 +349,6 @@ class Watcher:
                     c.debt_s += max(0.0, p.usage_us - capacity * p.periods) / 1e6
             if analysis.throttled:
                 threads_n = (rec.busy_threads() or len(rec.tids)) if rec else 0
-                allowed = tuple(tr.group.allowed_cpus(rec.tids)) if rec else ()  # its cpuset, its affinity
                 facts = dataclasses.replace(self.facts, threads=threads_n, allowed=allowed)
                 diag = diagnose.diagnose(tr.group, analysis, facts)
                 for cause in diag.causes:
