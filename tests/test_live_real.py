@@ -594,8 +594,10 @@ def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path) -> 
     if (java := shutil.which("java")) is not None:
         (tmp_path / "Sleep.java").write_text("class Sleep { public static void main(String[] a) throws Exception "
                                              "{ Thread.sleep(60000); } }\n")  # fmt: skip
-        cases.append(([java, str(tmp_path / "Sleep.java")], "jvm", None, 1))  # container support: ceil(1 CPU)
-        cases.append(([java, "-XX:ActiveProcessorCount=3", str(tmp_path / "Sleep.java")], "jvm", None, 3))
+        said = subprocess.run([java, "-version"], capture_output=True, text=True).stderr  # 'openjdk version "17.0.15"'
+        jdk = said.split('"')[1] if said.count('"') >= 2 else None
+        cases.append(([java, str(tmp_path / "Sleep.java")], "jvm", jdk, 1))  # container support: ceil(1 CPU)
+        cases.append(([java, "-XX:ActiveProcessorCount=3", str(tmp_path / "Sleep.java")], "jvm", jdk, 3))
     for argv, runtime, version, size in cases:
         with running_in_group("pool", 100000, 100000, argv) as grp:
             time.sleep(2 if runtime == "jvm" else 0.5)  # the JVM compiles the source first

@@ -159,8 +159,8 @@ def jvm_pool(pid: int, exe: str, quota_cpus: float | None) -> Pool:
     args = " ".join([env.get("JAVA_TOOL_OPTIONS", ""), env.get("JDK_JAVA_OPTIONS", "")]).split() + _cmdline(pid)
     allowed = _allowed(pid)
     version = None
-    try:
-        release = (Path(exe).parent.parent / "release").read_text()
+    try:  # JAVA_HOME/release as the process sees it (a container's JVM is in its own filesystem)
+        release = Path(f"/proc/{pid}/root{Path(exe).parent.parent}/release").read_text()
         if found := re.search(r'^JAVA_VERSION="([^"]+)"', release, re.M):
             version = found.group(1)
     except OSError:
