@@ -450,7 +450,9 @@ def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
         assert doc["group"].endswith(f"libpod-{cid}") and doc["identity"] == f"container podman {cid[:12]}"
         assert doc["diagnosis"]["verdict"] == "at-quota" and doc["facts"]["threads"] == 2  # the two loops
         # pinned to one CPU with a quota of one (10 ms periods: a stock kernel throttles a busy
-        # loop in about half of them): top shows it, doctor says the quota caps nothing
+        # loop in about half of them): top shows it, doctor says the quota caps nothing. The
+        # first container goes first: its loops would share CPU 0 and keep this one below quota.
+        subprocess.run([*podman, "rm", "-f", "-t", "0", name], capture_output=True, check=True)
         pinned = subprocess.run([*podman, "run", "-d", "--network=none", *PODMAN_ULIMITS, "--cpu-period=10000",
                                  "--cpu-quota=10000", "--cpuset-cpus=0", "--name", f"{name}-pinned", "bwlab-busybox",
                                  "sh", "-c", "yes > /dev/null & sleep 60"], capture_output=True, text=True)  # fmt: skip
