@@ -28,9 +28,12 @@ TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysct
 PROBE_KEYS = {"lock_classes", "noise_s"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "cpus", "depth"}
 # rewrite: cpu.max written again with its value (cgwrite); sample: the group's counters read
-# every interval for the per-period detector (cgsample -> bwlab/periods.py: below_quota_pct)
-SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}, "sample": {"enabled", "interval_ms"}}
-SIDE_INTERVAL_MS = {"rewrite": 100, "sample": 1}
+# every interval for the per-period detector (cgsample -> bwlab/periods.py: below_quota_pct);
+# trace: the period timer and the group's threads traced (ftrace, bwlab/schedtrace.py), the
+# detector's ground truth beside a sample side action (below_recall, below_precision)
+SIDE_KEYS: dict[str, set[str]] = {"rewrite": {"enabled", "interval_ms"}, "sample": {"enabled", "interval_ms"},
+                                  "trace": {"enabled"}}  # fmt: skip
+SIDE_INTERVAL_MS = {"rewrite": 100, "sample": 1, "trace": 1}
 SYSCTL_NAME = re.compile(r"^[a-z0-9_]+(\.[a-z0-9_]+)+$")
 MIN_QUOTA_US = 1000  # the kernel refuses a smaller cpu.max quota (and period)
 MAX_CASES = 10_000  # a matrix larger than this is refused with its size, not expanded
@@ -444,9 +447,11 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         for name, s in sorted(data.get("side", {}).items())
         if s.get("enabled", True)
     )
-    for kind in ("rewrite", "sample"):
+    for kind in ("rewrite", "sample", "trace"):
         if any(s.kind == kind for s in sides) and quota is None:
             raise BwlabError(f"{where}: side.{kind} needs a quota (quota_cpus is 'max')")
+    if any(s.kind == "trace" for s in sides) and not any(s.kind == "sample" for s in sides):
+        raise BwlabError(f"{where}: side.trace is the truth for side.sample's detector: add [side.sample]")
     return RunSpec(
         scenario=sc.name, case=case, params=params, ncpu=ncpu, period_us=period, quota_us=quota,
         burst_us=burst, cpus=cpus,

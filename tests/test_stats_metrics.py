@@ -234,7 +234,7 @@ def test_sampler_output_and_metrics_in_a_rep() -> None:
     m, _ = base.rep_metrics(spec(), raw)
     assert m["below_quota_share"] == 1.0 and m["sampled_periods"] >= 35
     docs = base.case_docs([spec()], {(0, 0): raw})
-    assert docs[0]["reps"][0]["raw"]["sides"] == ["cgsample 1000 (401 samples, left out)"]
+    assert docs[0]["reps"][0]["raw"]["sides"] == ["cgsample 1000 (401 lines, left out)"]
     with pytest.raises(BwlabError, match="does not start with its header"):
         base.parse_sampler("1 2 3 4 5 6\n")
     with pytest.raises(BwlabError, match="line 3 is not 6 numbers"):

@@ -25,31 +25,15 @@ import signal
 import subprocess
 import tempfile
 import time
-from dataclasses import dataclass, field
 from pathlib import Path
 
+from bwlab import schedtrace
 from bwlab.errors import BwlabError
+from bwlab.schedtrace import TRACEFS, Trace, period_timer_address
 
-TRACEFS = Path("/sys/kernel/tracing")
 ATTACH_TIMEOUT_S = 30.0
 # events kept per map (bpftrace's map size); the wakelat burst scenario makes ~1,000 a second
 MAX_EVENTS = 200_000  # bpftrace compiles before it attaches: a second or two here
-
-
-def period_timer_address() -> int:
-    """The kernel address of sched_cfs_period_timer (root reads real addresses)."""
-    try:
-        lines = Path("/proc/kallsyms").read_text().splitlines()
-    except OSError as exc:
-        raise BwlabError(f"cannot read /proc/kallsyms: {exc.strerror}") from None
-    for line in lines:
-        parts = line.split()
-        if len(parts) >= 3 and parts[2] == "sched_cfs_period_timer":
-            address = int(parts[0], 16)
-            if address == 0:
-                raise BwlabError("/proc/kallsyms hides addresses (kptr_restrict): --ebpf needs root")
-            return address
-    raise BwlabError("this kernel has no sched_cfs_period_timer (no CFS bandwidth control)")
 
 
 def unavailable() -> str | None:
@@ -91,54 +75,6 @@ def script(tids: list[int], timer_address: int) -> str:
 EVENT = re.compile(r"^@([psw])\[\d+, \d+\]: \(([\d, -]+)\)$")
 
 
-@dataclass
-class Trace:
-    """What the probes saw, in monotonic seconds."""
-
-    start: float
-    end: float
-    timers: dict[int, list[float]] = field(default_factory=dict)  # hrtimer address -> expiries
-    wanting: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> [start, end)
-
-    def timer_of(self, edges: list[tuple[float, float]]) -> list[float]:
-        """The expiries of the period timer that fell inside the most of these sampled intervals,
-        each of which holds one of the group's boundaries (nr_periods moved in it)."""
-        best: list[float] = []
-        score = 0
-        for expiries in self.timers.values():
-            hits = sum(any(a < t <= b for t in expiries) for a, b in edges)
-            if hits > score:
-                best, score = expiries, hits
-        return best
-
-    def demand_us(self, start: float, end: float, cpus: float) -> float:
-        """CPU time the threads wanted in [start, end): the integral of min(threads wanting a
-        CPU, `cpus`)."""
-        points: list[tuple[float, int]] = []
-        for spans in self.wanting.values():
-            for a, b in spans:
-                a, b = max(a, start), min(b, end)
-                if a < b:
-                    points += [(a, 1), (b, -1)]
-        points.sort()
-        total, depth, last = 0.0, 0, start
-        for t, delta in points:
-            total += min(depth, cpus) * (t - last)
-            depth, last = depth + delta, t
-        return total * 1e6
-
-    def lateness_us(self, expiries: list[float], period_s: float) -> list[float]:
-        """How late each expiry ran after the earliest phase seen: the timer is forwarded by
-        whole periods, so on time every expiry has the same phase."""
-        if not expiries:
-            return []
-        base = expiries[0]
-        offsets = [((t - base) % period_s) for t in expiries]
-        offsets = [o - period_s if o > period_s / 2 else o for o in offsets]
-        low = min(offsets)
-        return [(o - low) * 1e6 for o in offsets]
-
-
 def _thread_running(tid: int) -> bool:
     try:
         stat = Path(f"/proc/{tid}/stat").read_text()
@@ -148,43 +84,19 @@ def _thread_running(tid: int) -> bool:
 
 
 def parse(text: str, start: float, end: float, initially: dict[int, bool]) -> Trace:
-    """The events bpftrace printed. A thread's first event says whether it wanted a CPU when
-    the trace began: switched out first, it was on a CPU or queued for one (a thread asleep
-    is woken, an event, before it runs); woken first, it slept. `initially` (its state in
-    /proc as the probes attached) decides only for a thread with no event at all. Not the
-    state alone: a thread that 6.18 throttled is off its runqueue and not shown runnable, and
-    one such thread, wanting a CPU through three periods, went untraced until it slept, its
-    periods weighed at half what its group wanted (wakelat at 1 CPU per 10 ms, 2026-11-24)."""
-    events: list[tuple[int, str, list[int]]] = []
+    """The events bpftrace printed (`initially`: each thread's state in /proc as the probes
+    attached; schedtrace.build says why only a thread with no event goes by it)."""
+    events: list[schedtrace.Event] = []
     for line in text.splitlines():
         match = EVENT.match(line.strip())
         if match:
             values = [int(v) for v in match.group(2).split(",")]
-            events.append((values[0], match.group(1), values[1:]))
-    events.sort()
-    trace = Trace(start, end)
-    since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
-    seen: set[int] = set()
-    for ns, kind, values in events:
-        t = ns / 1e9
-        if kind == "p":
-            trace.timers.setdefault(values[0], []).append(t)
-            continue
-        if values[0] not in seen:
-            seen.add(values[0])
-            since[values[0]] = start if kind == "s" else None
-        if kind == "w":
-            if since.get(values[0]) is None:
-                since[values[0]] = t
-        elif values[1] & 0xFF:  # switched out asleep (TASK_REPORT bits; preempted is 0 or 0x100)
-            began = since.get(values[0], start)
-            since[values[0]] = None
-            if began is not None and began < t:
-                trace.wanting.setdefault(values[0], []).append((began, t))
-    for tid, began in since.items():
-        if began is not None and began < end:
-            trace.wanting.setdefault(tid, []).append((began, end))
-    return trace
+            t, kind = values[0] / 1e9, match.group(1)
+            if kind == "s":  # switched out asleep: TASK_REPORT bits (preempted is 0 or 0x100)
+                events.append((t, kind, (values[1], int(bool(values[2] & 0xFF)))))
+            else:
+                events.append((t, kind, (values[1],)))
+    return schedtrace.build(events, start, end, initially)
 
 
 class Tracer:

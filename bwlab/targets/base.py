@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bwlab import cpustat, periods, results
+from bwlab import cpustat, periods, results, schedtrace
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest
 from bwlab.scenario import RunSpec, Scenario
@@ -107,13 +107,14 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
             out["lock_wait_ns_per_acq"] = 1000 * total.wait_us / acq
         if raw.wall_s > 0:
             out["lock_acq_per_s"], out["lock_con_per_s"] = acq / raw.wall_s, con / raw.wall_s
+    traces = [side for side in raw.sides if side.startswith(schedtrace.FTRACE_HEADER)]
     for side in raw.sides:
         match = re.search(r'"writes":(\d+),"errors":(\d+)', side)
         if match:
             out["rewrites"] = float(match.group(1))
             out["rewrite_errors"] = float(match.group(2))
         if side.startswith(SAMPLER_HEADER):
-            out.update(sampled_metrics(side, spec))
+            out.update(sampled_metrics(side, spec, traces[0] if traces else None))
     return out, samples
 
 
@@ -136,25 +137,59 @@ def parse_sampler(text: str) -> tuple[float, list[periods.Sample]]:
     return int(head[1]) / 1e6, out
 
 
-def sampled_metrics(text: str, spec: RunSpec) -> dict[str, float]:
+def sampled_metrics(text: str, spec: RunSpec, trace_text: str | None = None) -> dict[str, float]:
     """The per-period detector (bwlab/periods.py) on the sample side action's counters: the
     periods it saw, and of them the throttled ones below quota (unnecessary), as a share of
-    the periods and of the throttled ones."""
+    the periods and of the throttled ones. With the trace side action's output, each throttled
+    period's verdict is also weighed on its traced demand (the truth: schedtrace.py), and the
+    detector's precision and recall of *below quota* against it are metrics too: the counts
+    (traced_below, below_both), to pool runs, and the ratios where they are defined."""
     interval_s, samples = parse_sampler(text)
-    analysis = periods.analyze(samples, periods.Limit(spec.quota_us, spec.period_us, spec.burst_us), interval_s,
-                               len(spec.cpu_ids))  # fmt: skip
+    limit = periods.Limit(spec.quota_us, spec.period_us, spec.burst_us)
+    cpus = len(spec.cpu_ids)
+    analysis = periods.analyze(samples, limit, interval_s, cpus)
     out = {"sampled_periods": float(analysis.total)}
     if analysis.total:
         out["below_quota_pct"] = 100 * analysis.below / analysis.total
     if analysis.throttled:
         out["below_quota_share"] = analysis.below / analysis.throttled
+    if trace_text is not None:
+        out.update(truth_metrics(analysis, samples, schedtrace.parse_ftrace(trace_text), limit, interval_s, cpus))
     return out
 
 
-def _sampler_summary(text: str) -> str:
-    """cgsample's header and how many samples followed it."""
+def truth_metrics(polled: periods.Analysis, samples: list[periods.Sample], trace: schedtrace.Trace,
+                  limit: periods.Limit, interval_s: float, cpus: int) -> dict[str, float]:  # fmt: skip
+    """The detector's verdicts (`polled`: the counters alone, as the lab samples them) against
+    the traced truth: the same periods cut at the period timer's traced expiries and weighed
+    on the traced demand. Periods are matched by their boundaries' sampled intervals (both
+    analyses cut at the same edges of nr_periods, so the lists align). A buffer that dropped
+    events has no truth: an error, not a metric."""
+    if trace.lost:
+        raise BwlabError(f"the trace side action's buffer dropped {trace.lost} events: no ground truth")
+    expiries = trace.timer_of(periods.boundary_intervals(samples))
+    traced = periods.analyze(samples, limit, interval_s, cpus, boundaries=expiries,
+                             demand=lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
+    # weighed as Analysis.below counts them: by the throttled periods a window holds
+    pairs = [(p.verdict, t.verdict, p.throttled) for p, t in zip(polled.periods, traced.periods, strict=True)]
+    truly = sum(n for _, t, n in pairs if t == "below")
+    called = sum(n for p, _, n in pairs if p == "below")
+    both = sum(n for p, t, n in pairs if p == t == "below")
+    out = {"traced_below": float(truly), "below_both": float(both), "traced_timer_hits": float(len(expiries))}
+    if truly:
+        out["below_recall"] = both / truly
+    if called:
+        out["below_precision"] = both / called
+    return out
+
+
+def _side_summary(text: str) -> str:
+    """A side action's output as a result keeps it: cgsample's and the trace's headers and how
+    many lines followed them (left out), the rest as it is."""
+    if not text.startswith((SAMPLER_HEADER, schedtrace.FTRACE_HEADER)):
+        return text
     head, _, rest = text.partition("\n")
-    return f"{head} ({len(rest.splitlines())} samples, left out)"
+    return f"{head} ({len(rest.splitlines())} lines, left out)"
 
 
 def stdout_without_samples(stdout: str) -> str:
@@ -188,7 +223,7 @@ def case_docs(specs: list[RunSpec], raws: Mapping[tuple[int, int], RawRep | str]
                 entry["samples_us"] = samples
             raw_doc = raw.to_json()
             # the sampler's counters are many (a line a millisecond): its metrics stand for them
-            raw_doc["sides"] = [_sampler_summary(s) if s.startswith(SAMPLER_HEADER) else s for s in raw.sides]
+            raw_doc["sides"] = [_side_summary(s) for s in raw.sides]
             if samples:
                 raw_doc["stdout"] = stdout_without_samples(raw_doc.get("stdout", ""))
             entry["raw"] = raw_doc

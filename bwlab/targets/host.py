@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bwlab import cgroup, results
+from bwlab import cgroup, results, schedtrace
 from bwlab.errors import BwlabError
 from bwlab.paths import sysctl_path
 from bwlab.progress import console, run_progress
@@ -29,12 +29,14 @@ GRACE_FACTOR = 3.0
 GRACE_SECONDS = 60.0
 
 
-def _joiner(procs_files: list[Path]) -> Callable[[], None]:
+def _joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> Callable[[], None]:
     def join() -> None:  # runs in the child between fork and exec
         pid = str(os.getpid())
         for procs in procs_files:
             with procs.open("w") as fh:
                 fh.write(pid)
+        if trace is not None:  # the workload's first process, named in the trace before it starts
+            trace.mark_root(int(pid))
 
     return join
 
@@ -55,15 +57,19 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
     sampler = programs.resolve("cgsample") if any(s.kind == "sample" for s in spec.sides) else None
     name = cgroup.unique_name(f"{spec.scenario}-{spec.case}-r{rep}")
     sides: list[subprocess.Popen[bytes]] = []
+    traced = next((i for i, s in enumerate(spec.sides) if s.kind == "trace"), None)
     with (
         cgroup.sysctls(spec.sysctls),
         hier.group(name, spec.period_us, spec.quota_us, spec.burst_us, spec.cpus, spec.depth) as grp,
         tempfile.TemporaryDirectory(prefix="bwlab-") as tmp_name,
+        schedtrace.Ftrace(name) if traced is not None else contextlib.nullcontext() as trace,
     ):
         tmp = Path(tmp_name)
         argv = [program, *spec.workload.args(str(grp.leaves[0]), rep)]
         try:
             for i, side in enumerate(spec.sides):
+                if side.kind == "trace":
+                    continue  # on already, for the workload's lifetime
                 if side.kind == "rewrite" and writer is not None:
                     argv_side = [str(writer), str(grp.bandwidth_file), grp.bandwidth_value, str(side.interval_us)]
                 elif side.kind == "sample" and sampler is not None:
@@ -77,7 +83,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
             start = time.monotonic()
             with (tmp / "stdout").open("wb") as out, (tmp / "stderr").open("wb") as err:
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_joiner(grp.procs_files),
+                                        preexec_fn=_joiner(grp.procs_files, trace),
                                         start_new_session=True)  # fmt: skip
             try:
                 rc = proc.wait(timeout=spec.duration_s * GRACE_FACTOR + GRACE_SECONDS)
@@ -87,6 +93,8 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
                 _kill_group(proc)
             wall = time.monotonic() - start
             after = grp.read_stat()
+            if trace is not None:
+                (tmp / f"side{traced}").write_text(trace.text())
         finally:
             for side_proc in sides:
                 _kill_group(side_proc, signal.SIGTERM)
@@ -97,7 +105,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
             rc=rc,
             stdout=(tmp / "stdout").read_text(errors="replace"),
             stderr="\n".join((tmp / "stderr").read_text(errors="replace").splitlines()[-20:]),
-            sides=[(tmp / f"side{i}").read_text(errors="replace") for i in range(len(sides))],
+            sides=[(tmp / f"side{i}").read_text(errors="replace") for i in range(len(spec.sides))],
         )
 
 

@@ -16,6 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
+from bwlab import schedtrace
 from bwlab.errors import BwlabError
 from bwlab.paths import sysctl_path
 from bwlab.scenario import RunSpec, noise_seconds
@@ -146,7 +147,13 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
             grp = group_shell(layout, name, spec)
             lines.append(f"# case {spec.case} rep {rep}")
             lines += grp.make
+            traced = [si for si, side in enumerate(spec.sides) if side.kind == "trace"]
+            instance = f"{schedtrace.TRACEFS}/instances/{name}"
+            if traced:
+                lines += trace_start(instance, f"{t}/tracefs")
             for si, side in enumerate(spec.sides):
+                if side.kind == "trace":
+                    continue
                 if side.kind == "sample":
                     lines.append(f"{bin_dir}/cgsample {grp.stat_file} {grp.usage_file} {side.interval_us} "
                                  f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
@@ -156,6 +163,8 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
             program = program_path(spec.workload.argv[0], bin_dir)
             argv = " ".join(q(a) for a in (program, *spec.workload.args(grp.leaves[0], rep)))
             join = " && ".join(f"echo $$ > {leaf}/cgroup.procs" for leaf in grp.leaves)
+            if traced:  # the workload's first process names itself in the trace before it starts
+                join += f' && {{ echo "{schedtrace.ROOT_MARK} $$" > {instance}/trace_marker || :; }}'
             lines += [
                 f"echo 'BWLAB-BEGIN {ci} {rep}' >&3",
                 f"echo 'BWLAB-SECTION stat_before' >&3; {grp.stat} >&3",
@@ -163,6 +172,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
                 f"sh -c '{join} && exec \"$@\"' sh {argv} > {t}/out 2> {t}/err",
                 "RC=$?",
+                *(trace_stop(instance, f"{t}/side{traced[0]}", f"{t}/tracefs") if traced else []),
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
                 f"echo 'BWLAB-SECTION stat_after' >&3; {grp.stat} >&3",
                 *(
@@ -177,8 +187,9 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                 "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
             ]
             for si in range(len(spec.sides)):
-                lines += [f"kill $SIDE{si}; wait $SIDE{si}",
-                          f"echo 'BWLAB-SECTION side{si}' >&3; cat {t}/side{si} >&3"]  # fmt: skip
+                if si not in traced:
+                    lines.append(f"kill $SIDE{si}; wait $SIDE{si}")
+                lines.append(f"echo 'BWLAB-SECTION side{si}' >&3; cat {t}/side{si} >&3")
             lines += [
                 f"echo 'BWLAB-SECTION stdout' >&3; cat {t}/out >&3",
                 f"echo 'BWLAB-SECTION stderr' >&3; tail -n 20 {t}/err >&3",
@@ -191,6 +202,39 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     if noise_s:
         lines.append(noise_block)
     return "\n".join(lines) + "\n"
+
+
+def trace_start(instance: str, mounted: str) -> list[str]:
+    """The trace side action's start, before the workload: a tracefs instance of its own (tracefs
+    mounted first if it is not, and `mounted` made to say so), the mono clock (cgsample's), a
+    buffer of FTRACE_BUFFER_KB a CPU, the period timer's expiries only (filtered by the
+    function's address where /proc/kallsyms shows it; the parser keeps only its by name
+    anyway), and FTRACE_EVENTS on. What fails is a BWLAB-ERROR record and no trace."""
+    tr = str(schedtrace.TRACEFS)
+    enable = "; ".join(f"echo 1 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
+    return [
+        f"rm -f {mounted}; [ -d {tr}/instances ] || {{ mount -t tracefs nodev {tr} && touch {mounted}; }}",
+        f"mkdir {instance} || echo 'BWLAB-ERROR trace side: no tracefs instance (a kernel without tracing?)' >&3",
+        f"echo mono > {instance}/trace_clock; echo {schedtrace.FTRACE_BUFFER_KB} > {instance}/buffer_size_kb",
+        "A=$(grep ' sched_cfs_period_timer$' /proc/kallsyms | cut -d' ' -f1)",
+        f'case "$A" in ""|*[!0]*) [ -n "$A" ] && echo "function == 0x$A" > '
+        f"{instance}/events/timer/hrtimer_expire_entry/filter ;; esac",
+        f"{enable}; echo 1 > {instance}/tracing_on",
+    ]
+
+
+def trace_stop(instance: str, out: str, mounted: str) -> list[str]:
+    """The trace side action's end, after the workload: the end marker, tracing off, the
+    output (a header with the events the buffer dropped, then the trace) written to `out`,
+    then the instance removed and tracefs unmounted if the start mounted it."""
+    tr = str(schedtrace.TRACEFS)
+    disable = "; ".join(f"echo 0 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
+    return [
+        f"echo {schedtrace.END_MARK} > {instance}/trace_marker; echo 0 > {instance}/tracing_on",
+        f"L=0; for f in {instance}/per_cpu/cpu*/stats; do n=$(sed -n 's/^overrun: //p' $f); L=$((L + ${{n:-0}})); done",
+        f'{{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1',
+        f"{disable}; rmdir {instance}; [ -e {mounted} ] && umount {tr}; rm -f {mounted}",
+    ]
 
 
 def render_plans(spec_lists: list[list[RunSpec]], features: list[str] | None = None) -> str:

@@ -279,6 +279,13 @@ COMMON_METRICS = (
     Metric("below_quota_pct", "throttled below quota %"),
     Metric("below_quota_share", "below-quota share of throttled"),
     Metric("sampled_periods", "periods sampled"),
+    # with the trace side action: the detector against the traced truth (schedtrace.py), its
+    # precision and recall of *below quota*, and the counts that pool repetitions
+    Metric("below_recall", "below-quota recall"),
+    Metric("below_precision", "below-quota precision"),
+    Metric("traced_below", "truly below quota (traced)"),
+    Metric("below_both", "below quota, traced and sampled"),
+    Metric("traced_timer_hits", "period timer expiries traced"),
     # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
     Metric("unthrottle_aborts", "aborted unthrottles"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",

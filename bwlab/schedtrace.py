@@ -1,0 +1,276 @@
+"""A group's demand and period boundaries as the kernel's tracepoints record them: the ground
+truth the per-period detector (periods.py) is checked against.
+
+Two recorders fill the same model: doctor's eBPF mode (live/ebpf.py, bpftrace on a live group's
+threads) and the `trace` side action of a scenario (ftrace in a tracefs instance of its own,
+on any target that runs the plan or on the host: `Ftrace` below and targets/plan.py). The
+events, and why these: the period timer's expiries (timer:hrtimer_expire_entry for
+sched_cfs_period_timer, the hrtimer's address telling groups apart), and when each of the
+group's threads wants a CPU: from its wakeup (sched:sched_waking) or its birth
+(sched:sched_process_fork) until it is switched out asleep (sched:sched_switch with a sleeping
+prev_state). A thread switched out runnable was preempted or throttled: it still wants the CPU.
+A period's demand is the integral over it of min(threads wanting a CPU, the CPUs they can
+use): what the group ran plus what it was stopped from running.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import subprocess
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+
+TRACEFS = Path("/sys/kernel/tracing")
+# what the trace side action enables (system/event), in its own tracefs instance
+FTRACE_EVENTS = ("sched/sched_switch", "sched/sched_waking", "sched/sched_process_fork",
+                 "timer/hrtimer_expire_entry")  # fmt: skip
+# the first line of the trace side action's output, and the trace markers that bound it
+FTRACE_HEADER = "bwlab-ftrace"
+ROOT_MARK = "bwlab-root"
+END_MARK = "bwlab-end"
+# per CPU; the wakelat bursts (30 threads) make ~2,000 events a second, about 100 KiB
+FTRACE_BUFFER_KB = 32768
+
+
+@dataclass
+class Trace:
+    """What the tracepoints saw, in monotonic seconds."""
+
+    start: float
+    end: float
+    timers: dict[int, list[float]] = field(default_factory=dict)  # hrtimer address -> expiries
+    wanting: dict[int, list[tuple[float, float]]] = field(default_factory=dict)  # tid -> [start, end)
+    lost: int = 0  # events the recorder dropped (a full buffer): the demand is then not the truth
+
+    def timer_of(self, edges: list[tuple[float, float]]) -> list[float]:
+        """The expiries of the period timer that fell inside the most of these sampled intervals,
+        each of which holds one of the group's boundaries (nr_periods moved in it)."""
+        best: list[float] = []
+        score = 0
+        for expiries in self.timers.values():
+            hits = sum(any(a < t <= b for t in expiries) for a, b in edges)
+            if hits > score:
+                best, score = expiries, hits
+        return best
+
+    def demand_us(self, start: float, end: float, cpus: float) -> float:
+        """CPU time the threads wanted in [start, end): the integral of min(threads wanting a
+        CPU, `cpus`)."""
+        points: list[tuple[float, int]] = []
+        for spans in self.wanting.values():
+            for a, b in spans:
+                a, b = max(a, start), min(b, end)
+                if a < b:
+                    points += [(a, 1), (b, -1)]
+        points.sort()
+        total, depth, last = 0.0, 0, start
+        for t, delta in points:
+            total += min(depth, cpus) * (t - last)
+            depth, last = depth + delta, t
+        return total * 1e6
+
+    def lateness_us(self, expiries: list[float], period_s: float) -> list[float]:
+        """How late each expiry ran after the earliest phase seen: the timer is forwarded by
+        whole periods, so on time every expiry has the same phase."""
+        if not expiries:
+            return []
+        base = expiries[0]
+        offsets = [((t - base) % period_s) for t in expiries]
+        offsets = [o - period_s if o > period_s / 2 else o for o in offsets]
+        low = min(offsets)
+        return [(o - low) * 1e6 for o in offsets]
+
+
+def period_timer_address() -> int:
+    """The kernel address of sched_cfs_period_timer (root reads real addresses)."""
+    try:
+        lines = Path("/proc/kallsyms").read_text().splitlines()
+    except OSError as exc:
+        raise BwlabError(f"cannot read /proc/kallsyms: {exc.strerror}") from None
+    for line in lines:
+        parts = line.split()
+        if len(parts) >= 3 and parts[2] == "sched_cfs_period_timer":
+            address = int(parts[0], 16)
+            if address == 0:
+                raise BwlabError("/proc/kallsyms hides addresses (kptr_restrict): --ebpf needs root")
+            return address
+    raise BwlabError("this kernel has no sched_cfs_period_timer (no CFS bandwidth control)")
+
+
+# One event: (monotonic s, kind, values). Kinds: "p" period timer (hrtimer address), "w" woken
+# or born (tid), "s" switched out (tid, asleep: 1 or 0).
+Event = tuple[float, str, tuple[int, ...]]
+
+
+def build(events: list[Event], start: float, end: float, initially: dict[int, bool]) -> Trace:
+    """A Trace from the events of the group's threads. A thread's first event says whether it
+    wanted a CPU when the trace began: switched out first, it was on a CPU or queued for one (a
+    thread asleep is woken, an event, before it runs); woken first, it slept. `initially` (its
+    state as the trace began, where that was read) decides only for a thread with no event at
+    all. Not the state alone: a thread that 6.18 throttled is off its runqueue and not shown
+    runnable, and one such thread, wanting a CPU through three periods, went untraced until it
+    slept, its periods weighed at half what its group wanted (wakelat at 1 CPU per 10 ms,
+    2026-11-24)."""
+    trace = Trace(start, end)
+    since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
+    seen: set[int] = set()
+    for t, kind, values in sorted(events):
+        if kind == "p":
+            trace.timers.setdefault(values[0], []).append(t)
+            continue
+        tid = values[0]
+        if tid not in seen:
+            seen.add(tid)
+            since[tid] = start if kind == "s" else None
+        if kind == "w":
+            if since.get(tid) is None:
+                since[tid] = t
+        elif values[1]:  # switched out asleep
+            began = since.get(tid, start)
+            since[tid] = None
+            if began is not None and began < t:
+                trace.wanting.setdefault(tid, []).append((began, t))
+    for tid, began in since.items():
+        if began is not None and began < end:
+            trace.wanting.setdefault(tid, []).append((began, end))
+    return trace
+
+
+# a line of a tracefs instance's `trace`, whatever its options print between the task and the
+# time (irq-info's flags, the tgid column):
+#   wakelat-212     [001] d..2.   123.456789: sched_switch: prev_comm=wakelat prev_pid=212 ...
+FTRACE_LINE = re.compile(r"^\s*(?P<task>.*?)-(?P<pid>\d+)\s+(?:\(.*?\)\s+)?\[(?P<cpu>\d+)\]\s+(?:\S+\s+)?"
+                         r"(?P<time>\d+\.\d+): (?P<event>\w+): (?P<body>.*)$")  # fmt: skip
+FIELD = re.compile(r"(\w+)=(\S+)")
+
+
+def parse_ftrace(text: str) -> Trace:
+    """The trace side action's output: its header line (`bwlab-ftrace LOST`, the events the
+    buffer dropped), then the instance's trace. Two trace markers bound it: `bwlab-root PID`,
+    written by the workload's first process before it starts the workload, and `bwlab-end`,
+    after the workload exited. The members are that process and every task forked from a
+    member after it (tracing began before it, so each member's first event is its birth); the
+    period timers are every sched_cfs_period_timer expiry (Trace.timer_of picks the group's)."""
+    lines = text.splitlines()
+    head = lines[0].split() if lines else []
+    if len(head) != 2 or head[0] != FTRACE_HEADER or not head[1].isdigit():
+        raise BwlabError(f"the trace side action's output does not start with its header: {text[:80]!r}")
+    members: set[int] = set()
+    events: list[Event] = []
+    start = end = None
+    for line in lines[1:]:
+        match = FTRACE_LINE.match(line)
+        if match is None:
+            continue  # the header comments, "CPU 1 buffer started"
+        t, event, body = float(match["time"]), match["event"], match["body"]
+        if event in ("tracing_mark_write", "print"):
+            mark = body.split()
+            if len(mark) >= 2 and mark[-2] == ROOT_MARK and mark[-1].isdigit() and start is None:
+                members.add(int(mark[-1]))
+                start = t
+            elif mark and mark[-1] == END_MARK:
+                end = t
+            continue
+        if start is None:
+            continue
+        fields = dict(FIELD.findall(body))
+        try:
+            if event == "hrtimer_expire_entry":
+                if fields.get("function") == "sched_cfs_period_timer":
+                    events.append((t, "p", (int(fields["hrtimer"], 16),)))
+            elif event == "sched_process_fork":
+                if int(fields["pid"]) in members:
+                    members.add(int(fields["child_pid"]))
+                    events.append((t, "w", (int(fields["child_pid"]),)))
+            elif event == "sched_waking":
+                if int(fields["pid"]) in members:
+                    events.append((t, "w", (int(fields["pid"]),)))
+            elif event == "sched_switch":
+                if int(fields["prev_pid"]) in members:
+                    asleep = not fields["prev_state"].startswith("R")  # R, R+: preempted or throttled
+                    events.append((t, "s", (int(fields["prev_pid"]), int(asleep))))
+        except (KeyError, ValueError):
+            raise BwlabError(f"the trace side action's {event} line is not as 7.x prints it: {line[:120]!r}") from None
+    if start is None:
+        raise BwlabError(f"the trace side action's output has no '{ROOT_MARK} PID' marker: the workload never started")
+    if end is None:
+        raise BwlabError(f"the trace side action's output has no '{END_MARK}' marker: the trace was cut short")
+    trace = build(events, start, end, {})
+    trace.lost = int(head[1])
+    return trace
+
+
+class Ftrace:
+    """The trace side action on this machine (the host target): a tracefs instance of its
+    own with FTRACE_EVENTS on, the mono clock (cgsample's), and its own buffer; removed on
+    close whatever happened. `mark_root(pid)` names the workload's first process; `text()` is the
+    output parse_ftrace reads."""
+
+    def __init__(self, name: str) -> None:
+        self.mounted = False  # tracefs mounted here, for this trace: unmounted on close
+        if not (TRACEFS / "instances").is_dir():
+            proc = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
+            if proc.returncode != 0:
+                raise BwlabError(f"the trace side action needs tracefs at {TRACEFS}: {proc.stderr.strip()}")
+            self.mounted = True
+        self.dir = TRACEFS / "instances" / name
+        try:
+            self.dir.mkdir()
+        except OSError as exc:
+            self._unmount()
+            raise BwlabError(f"cannot make the tracefs instance {self.dir}: {exc.strerror}") from None
+        try:
+            (self.dir / "trace_clock").write_text("mono")
+            (self.dir / "buffer_size_kb").write_text(str(FTRACE_BUFFER_KB))
+            # the period timers only, not every tick's (the expiry prints the function's name)
+            timer = self.dir / "events" / "timer" / "hrtimer_expire_entry" / "filter"
+            timer.write_text(f"function == {period_timer_address():#x}")
+            for event in FTRACE_EVENTS:
+                (self.dir / "events" / event / "enable").write_text("1")
+            (self.dir / "tracing_on").write_text("1")
+        except OSError as exc:
+            self.close()
+            raise BwlabError(f"cannot set up the tracefs instance {self.dir}: {exc.strerror}") from None
+        except BwlabError:
+            self.close()
+            raise
+
+    def mark_root(self, pid: int) -> None:
+        """The workload's first process, as it starts (before its first fork)."""
+        (self.dir / "trace_marker").write_text(f"{ROOT_MARK} {pid}\n")
+
+    def text(self) -> str:
+        """Stopped at the end marker: the output parse_ftrace reads."""
+        (self.dir / "trace_marker").write_text(f"{END_MARK}\n")
+        (self.dir / "tracing_on").write_text("0")
+        lost = 0
+        for stats in sorted((self.dir / "per_cpu").glob("cpu*/stats")):
+            for line in stats.read_text().splitlines():
+                if line.startswith("overrun:"):
+                    lost += int(line.split()[1])
+        return f"{FTRACE_HEADER} {lost}\n" + (self.dir / "trace").read_text()
+
+    def close(self) -> None:
+        """Events off, then the instance removed (rmdir fails while an event is on)."""
+        with contextlib.suppress(OSError):
+            (self.dir / "tracing_on").write_text("0")
+        for event in FTRACE_EVENTS:
+            with contextlib.suppress(OSError):
+                (self.dir / "events" / event / "enable").write_text("0")
+        with contextlib.suppress(OSError):
+            self.dir.rmdir()
+        self._unmount()
+
+    def _unmount(self) -> None:
+        if self.mounted:
+            subprocess.run(["umount", str(TRACEFS)], capture_output=True, check=False)
+            self.mounted = False
+
+    def __enter__(self) -> Ftrace:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -1,0 +1,158 @@
+"""The traced ground truth (bwlab/schedtrace.py) and the trace side action: ftrace's text
+parsed into each thread's wanting, the detector's precision and recall against it, the plan's
+shell for it, and the scenario's rules."""
+
+from __future__ import annotations
+
+import subprocess
+from dataclasses import replace
+
+import pytest
+
+from bwlab import schedtrace
+from bwlab.errors import BwlabError
+from bwlab.scenario import SideAction
+from bwlab.targets import base, plan
+from tests.test_stats_metrics import SYSBENCH, sampler_text, spec
+
+TIMER = "ffff9a3c81f2a0c8"  # the group's hrtimer (hashed by %p, as 7.x prints it)
+
+
+def line(t: float, event: str, body: str, task: str = "wakelat", pid: int = 101, cpu: int = 0) -> str:
+    return f"{task:>16}-{pid:<7} [{cpu:03d}] d..2. {t:12.6f}: {event}: {body}"
+
+
+def switch(t: float, pid: int, state: str) -> str:
+    return line(t, "sched_switch", f"prev_comm=wakelat prev_pid={pid} prev_prio=120 prev_state={state} ==> "
+                "next_comm=swapper/0 next_pid=0 next_prio=120", pid=pid)  # fmt: skip
+
+
+def expiry(t: float, hrtimer: str = TIMER, function: str = "sched_cfs_period_timer") -> str:
+    return line(t, "hrtimer_expire_entry", f"hrtimer={hrtimer} now={int(t * 1e9)} function={function}",
+                task="<idle>", pid=0)  # fmt: skip
+
+
+def ftrace_text(periods: int, wanting: list[tuple[int, float, float]], lost: int = 0) -> str:
+    """A trace side action's output: root 100 (marked at 0.0001 s) forks each thread in
+    `wanting` (tid, from, to: it wants a CPU from its birth at `from` until it sleeps at `to`),
+    the group's period timer expires at 10 ms + 0.5 ms (sampler_text's boundaries), another
+    group's at 10 ms + 3 ms, a tick timer every 4 ms, and the end is marked after the last period."""
+    out = [f"{schedtrace.FTRACE_HEADER} {lost}", "# tracer: nop", "#",
+           line(0.0001, "tracing_mark_write", f"{schedtrace.ROOT_MARK} 100", task="sh", pid=100)]  # fmt: skip
+    for tid, a, b in wanting:
+        out.append(line(a, "sched_process_fork", f"comm=sh pid=100 child_comm=sh child_pid={tid}", task="sh", pid=100))
+        out.append(switch((a + b) / 2, tid, "R+"))  # preempted: still wanting
+        out.append(switch(b, tid, "S"))
+    for k in range(1, periods + 1):
+        out += [expiry(k * 0.010 + 0.0005), expiry(k * 0.010 + 0.003, "ffff9a3c80000000"),
+                expiry(k * 0.010 + 0.004, TIMER, "tick_nohz_handler")]  # fmt: skip
+    out.append(line(periods * 0.010 + 0.0009, "tracing_mark_write", schedtrace.END_MARK, task="sh", pid=1))
+    return "\n".join(out) + "\n"
+
+
+def test_ftrace_text_becomes_each_threads_wanting() -> None:
+    """Members are the marked root and its forks (a task not forked from one is not); a thread
+    wants from its birth to its sleep, through a preemption; the period timers are told apart
+    by their hrtimer, and a tick is not one."""
+    text = ftrace_text(3, [(101, 0.001, 0.015), (102, 0.002, 0.004)])
+    text += line(0.005, "sched_waking", "comm=other pid=300 prio=120 target_cpu=001", pid=300) + "\n"
+    text += switch(0.009, 300, "S") + "\n"
+    trace = schedtrace.parse_ftrace(text)
+    assert (trace.start, trace.end, trace.lost) == (0.0001, 0.0309, 0)
+    assert trace.wanting == {101: [(0.001, 0.015)], 102: [(0.002, 0.004)]}
+    assert sorted(len(v) for v in trace.timers.values()) == [3, 3]
+    assert trace.timers[int(TIMER, 16)] == pytest.approx([0.0105, 0.0205, 0.0305])
+    assert trace.demand_us(0.0, 0.010, 2) == pytest.approx(9000 + 2000)
+    assert trace.demand_us(0.0, 0.010, 1) == pytest.approx(9000)  # one CPU: the overlap counts once
+    # woken after a sleep, the thread wants again until it next sleeps
+    again = text.replace(f"{schedtrace.END_MARK}", "x") + "\n".join([
+        line(0.020, "sched_waking", "comm=wakelat pid=102 prio=120 target_cpu=000", pid=0),
+        switch(0.025, 102, "S"),
+        line(0.0309, "tracing_mark_write", schedtrace.END_MARK, task="sh", pid=1)]) + "\n"  # fmt: skip
+    assert schedtrace.parse_ftrace(again).wanting[102] == [(0.002, 0.004), (0.020, 0.025)]
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("", "does not start with its header"),
+    ("bwlab-ftrace\n", "does not start with its header"),
+    ("bwlab-ftrace x\n", "does not start with its header"),
+    ("bwlab-ftrace 0\n# tracer: nop\n", "no 'bwlab-root PID' marker"),
+    ("bwlab-ftrace 0\n" + line(0.1, "tracing_mark_write", "bwlab-root 100", pid=100) + "\n", "no 'bwlab-end' marker"),
+    ("bwlab-ftrace 0\n" + line(0.1, "tracing_mark_write", "bwlab-root 100", pid=100) + "\n"
+     + line(0.2, "sched_switch", "prev_comm=a prev_pid=100 prev_state", pid=100) + "\n", "is not as 7.x prints it"),
+])  # fmt: skip
+def test_a_damaged_trace_is_one_error(text: str, error: str) -> None:
+    with pytest.raises(BwlabError, match=error):
+        schedtrace.parse_ftrace(text)
+
+
+def traced_spec(quota: int = 20000):  # type: ignore[no-untyped-def]
+    return replace(spec(quota=quota), sides=(SideAction("sample", 1000), SideAction("trace", 1000)))
+
+
+def test_the_detector_against_the_traced_truth() -> None:
+    """sampler_text's group at a 1-CPU quota, 10 ms used and 10 ms stopped in each period
+    (the counters: twice the quota, at). Two threads that want a CPU throughout: the truth
+    agrees (nothing below). One thread that wants 6 ms of each period, the rest of its
+    counted demand being carried debt: the truth says below, the detector missed all of them
+    (recall 0; no precision: it called none below). A buffer that dropped events is no truth."""
+    sampled = sampler_text(20, 10000, 10000)
+    busy = ftrace_text(20, [(101, 0.0002, 0.2009), (102, 0.0002, 0.2009)])
+    m = base.sampled_metrics(sampled, traced_spec(10000), busy)
+    assert m["traced_below"] == 0 and m["below_both"] == 0 and "below_recall" not in m and "below_precision" not in m
+    assert m["traced_timer_hits"] >= 19
+    light = ftrace_text(20, [(101 + k, k * 0.010 + 0.0006, k * 0.010 + 0.0066) for k in range(20)])
+    m = base.sampled_metrics(sampled, traced_spec(10000), light)
+    assert m["traced_below"] >= 18 and m["below_both"] == 0 and m["below_recall"] == 0
+    assert "below_precision" not in m
+    # at demand == quota (sampler_text: 19 ms used, 1 ms stopped every other period, both
+    # threads wanting throughout): every throttled period is below, called and true
+    even = base.sampled_metrics(sampler_text(20, 19000, 1000, every=2), traced_spec(), busy)
+    assert even["traced_below"] >= 9 and even["below_recall"] == 1.0 and even["below_precision"] == 1.0
+    with pytest.raises(BwlabError, match="dropped 7 events"):
+        base.sampled_metrics(sampled, traced_spec(10000), ftrace_text(20, [(101, 0.0002, 0.2)], lost=7))
+
+
+def test_a_rep_with_a_trace_keeps_neither_output_whole() -> None:
+    raw = base.RawRep("nr_periods 0\nnr_throttled 0\nusage_usec 0\n", "nr_periods 20\nnr_throttled 10\nusage_usec 1\n",
+                      0.2, 0, SYSBENCH, sides=[sampler_text(20, 19000, 1000, every=2),
+                                         ftrace_text(20, [(101, 0.0002, 0.2009), (102, 0.0002, 0.2009)])])  # fmt: skip
+    s = traced_spec()
+    m, _ = base.rep_metrics(s, raw)
+    assert m["below_recall"] == 1.0
+    kept = base.case_docs([s], {(0, 0): raw})[0]["reps"][0]["raw"]["sides"]
+    assert kept[0].startswith("cgsample 1000 (") and kept[1].startswith("bwlab-ftrace 0 (") and "left out" in kept[1]
+
+
+def test_the_plan_traces_the_workload_in_an_instance_of_its_own() -> None:
+    """The plan makes a tracefs instance per repetition, mounts tracefs only if it is not,
+    names the workload's first process in the trace before it execs, stops and writes the
+    output after it, removes the instance; it kills only the side actions that are processes.
+    The whole is valid shell."""
+    text = plan.render_plan([traced_spec()])
+    inst = f"{schedtrace.TRACEFS}/instances/bwlab-0-0"
+    assert f"mkdir {inst} ||" in text and f"echo mono > {inst}/trace_clock" in text
+    for event in schedtrace.FTRACE_EVENTS:
+        assert f"echo 1 > {inst}/events/{event}/enable" in text and f"echo 0 > {inst}/events/{event}/enable" in text
+    assert f'echo "bwlab-root $$" > {inst}/trace_marker' in text
+    assert text.index(f"echo 1 > {inst}/tracing_on") < text.index("BWLAB-BEGIN 0 0") < text.index("bwlab-end")
+    assert text.index("RC=$?") < text.index(f"echo bwlab-end > {inst}/trace_marker") < text.index("BWLAB-END 0 0")
+    assert "kill $SIDE0" in text and "kill $SIDE1" not in text and f"rmdir {inst}" in text
+    assert "BWLAB-SECTION side1' >&3; cat /tmp/side1" in text
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+
+
+def test_a_trace_side_needs_a_sample_side(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from bwlab import scenario
+
+    body = ('name = "t"\ndescription = "d"\nrepetitions = 1\nduration_s = 1\n[cgroup]\nperiod_us = 10000\n'
+            'quota_cpus = 1\n[workload]\nkind = "sysbench-cpu"\n[[case]]\nname = "c"\n')  # fmt: skip
+    (tmp_path / "a.toml").write_text(body + "[side.trace]\n")
+    with pytest.raises(BwlabError, match=r"side.trace is the truth for side.sample's detector"):
+        scenario.load(tmp_path / "a.toml").resolve(2, 250)
+    (tmp_path / "b.toml").write_text(body + "[side.sample]\n[side.trace]\ninterval_ms = 2\n")
+    with pytest.raises(BwlabError, match=r"unknown key 'interval_ms'"):
+        scenario.load(tmp_path / "b.toml")
+    (tmp_path / "c.toml").write_text(body + "[side.sample]\n[side.trace]\n")
+    (resolved,) = scenario.load(tmp_path / "c.toml").resolve(2, 250)
+    assert [s.kind for s in resolved.sides] == ["sample", "trace"]
