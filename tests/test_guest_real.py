@@ -13,7 +13,8 @@ from pathlib import Path
 
 import pytest
 
-from bwlab.paths import cache_root
+from bwlab.paths import TRACE_CONFIG, cache_root
+from bwlab.scenario import builtin_path
 from bwlab.targets import qemu
 
 from conftest import DATA, REPO, bwlab, pids_with
@@ -206,3 +207,34 @@ def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp
             assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m
             share = m["below_quota_share"]
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
+
+
+@pytest.fixture(scope="module")
+def trace_kernel_key() -> str:
+    """7.3.4 as the lab builds it plus tracepoints (kernel/configs/trace.config)."""
+    assert bwlab("kernel", "fetch", timeout=1800).returncode == 0
+    build = bwlab("kernel", "build", "--baseline", "--config", str(TRACE_CONFIG), timeout=3600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    return build.stdout.split()[0]
+
+
+def test_the_traced_truth_in_a_guest(trace_kernel_key: str, tmp_path: Path) -> None:
+    """The trace side action in a 7.3.4 guest (cgroup v2, ftrace from its busybox shell),
+    beside the below-quota scenario, whose demand is known: the truth calls the periods at
+    demand == quota below quota and those at twice it over-use (>= 95 % each), with the period
+    timer found at nearly every sampled boundary and no event dropped."""
+    scen = tmp_path / "traced.toml"
+    scen.write_text(builtin_path("below-quota").read_text() + "\n[side.trace]\n")
+    proc = bwlab("run", str(scen), "--target", "guest", "--kernel", trace_kernel_key, "--reps", "1", "--out",
+                 str(tmp_path), timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "below-quota-guest-baseline-trace.json").read_text())
+    assert doc["meta"]["splats"] == []
+    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
+    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
+        for m in cases[case]:
+            print(case, {k: m.get(k) for k in ("nr_throttled", "traced_below", "below_both", "below_recall",
+                                               "below_precision", "traced_timer_hits", "sampled_periods")})  # fmt: skip
+            assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], m
+            truly = m["traced_below"] / m["nr_throttled"]
+            assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)

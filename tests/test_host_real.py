@@ -12,8 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import cgroup
+from bwlab import cgroup, schedtrace
 from bwlab.kernel.build import SUPPORTED_HZ
+from bwlab.scenario import builtin_path
 
 from conftest import DATA, REPO, bwlab, needs_root, pids_with
 
@@ -230,4 +231,37 @@ def test_the_detector_knows_below_quota_from_over_use_on_v1(tmp_path: Path) -> N
             assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m  # ~50 % at demand == quota, ~100 % at twice
             share = m["below_quota_share"]
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
+    assert not bwlab_dirs()
+
+
+def tracefs_state() -> tuple[bool, list[str]]:
+    """Whether tracefs is mounted, and its instances."""
+    mounted = any(line.split()[2] == "tracefs" for line in Path("/proc/mounts").read_text().splitlines())
+    instances = sorted(p.name for p in schedtrace.TRACEFS.joinpath("instances").iterdir()) if mounted else []
+    return mounted, instances
+
+
+def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:
+    """The trace side action beside the below-quota scenario (sysbench, whose demand is known):
+    the traced truth calls the throttled periods at demand == quota below quota and those at
+    twice the quota over-use (>= 95 % each), its period timer is found at nearly every sampled
+    boundary, and the detector's precision and recall against it follow. The host's tracefs
+    is left as it was found (mounted or not, no instance of ours)."""
+    before = tracefs_state()
+    scen = tmp_path / "traced.toml"
+    scen.write_text(builtin_path("below-quota").read_text() + "\n[side.trace]\n")
+    proc = bwlab("run", str(scen), "--target", "host", "--reps", "2", "--out", str(tmp_path), timeout=600)
+    assert proc.returncode == 0, proc.stderr
+    assert tracefs_state() == before
+    doc = json.loads((tmp_path / "below-quota-host.json").read_text())
+    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
+    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
+        for m in cases[case]:
+            print(case, {k: m.get(k) for k in ("nr_throttled", "traced_below", "below_both", "below_recall",
+                                               "below_precision", "traced_timer_hits", "sampled_periods")})  # fmt: skip
+            assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], m
+            truly = m["traced_below"] / m["nr_throttled"]
+            assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)
+            if want_below:
+                assert m["below_recall"] >= 0.95 and m["below_precision"] >= 0.95, m
     assert not bwlab_dirs()

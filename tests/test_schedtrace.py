@@ -156,3 +156,27 @@ def test_a_trace_side_needs_a_sample_side(tmp_path) -> None:  # type: ignore[no-
     (tmp_path / "c.toml").write_text(body + "[side.sample]\n[side.trace]\n")
     (resolved,) = scenario.load(tmp_path / "c.toml").resolve(2, 250)
     assert [s.kind for s in resolved.sides] == ["sample", "trace"]
+
+
+def test_a_plan_cut_short_on_a_machine_undoes_its_trace(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """Where the machine outlives the plan (ssh), the trace's undo goes to restore.sh before
+    tracing starts; run on a fake tracefs after the plan stopped mid-trace, it turns the
+    events off and removes the instance, and unmounts only what the plan mounted."""
+    text = plan.render_plan([traced_spec()], tmp_dir=str(tmp_path), restore=True)
+    inst = f"{schedtrace.TRACEFS}/instances/bwlab-0-0"
+    (undo,) = [ln for ln in text.splitlines() if ln.endswith(f">> {tmp_path}/restore.sh") and inst in ln]
+    assert text.index(undo) < text.index(f"echo 1 > {inst}/tracing_on")
+    subprocess.run(["sh", "-c", undo], check=True)
+    script = (tmp_path / "restore.sh").read_text()
+    fake = tmp_path / "tracing"
+    for event in schedtrace.FTRACE_EVENTS:
+        (fake / "instances" / "bwlab-0-0" / "events" / event).mkdir(parents=True)
+    local = script.replace(str(schedtrace.TRACEFS), str(fake)).replace("rmdir", "rm -r")
+    local = local.replace("umount", "echo umount")
+    run = subprocess.run(["sh", "-c", local], capture_output=True, text=True, check=True)
+    assert not (fake / "instances" / "bwlab-0-0").exists() and "umount" not in run.stdout
+    (tmp_path / "tracefs").touch()  # the plan had mounted it
+    for event in schedtrace.FTRACE_EVENTS:
+        (fake / "instances" / "bwlab-0-0" / "events" / event).mkdir(parents=True)
+    run = subprocess.run(["sh", "-c", local], capture_output=True, text=True, check=True)
+    assert run.stdout.strip() == f"umount {fake}" and not (tmp_path / "tracefs").exists()

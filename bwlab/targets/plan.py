@@ -150,7 +150,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
             traced = [si for si, side in enumerate(spec.sides) if side.kind == "trace"]
             instance = f"{schedtrace.TRACEFS}/instances/{name}"
             if traced:
-                lines += trace_start(instance, f"{t}/tracefs")
+                lines += trace_start(instance, f"{t}/tracefs", f"{t}/restore.sh" if restore else None)
             for si, side in enumerate(spec.sides):
                 if side.kind == "trace":
                     continue
@@ -204,15 +204,19 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     return "\n".join(lines) + "\n"
 
 
-def trace_start(instance: str, mounted: str) -> list[str]:
+def trace_start(instance: str, mounted: str, restore: str | None = None) -> list[str]:
     """The trace side action's start, before the workload: a tracefs instance of its own (tracefs
     mounted first if it is not, and `mounted` made to say so), the mono clock (cgsample's), a
     buffer of FTRACE_BUFFER_KB a CPU, the period timer's expiries only (filtered by the
     function's address where /proc/kallsyms shows it; the parser keeps only its by name
-    anyway), and FTRACE_EVENTS on. What fails is a BWLAB-ERROR record and no trace."""
+    anyway), and FTRACE_EVENTS on. What fails is a BWLAB-ERROR record and no trace. With
+    `restore` (a machine that outlives the plan), what trace_stop undoes is also appended
+    there first, for a plan cut short."""
     tr = str(schedtrace.TRACEFS)
     enable = "; ".join(f"echo 1 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
+    undo = [] if restore is None else [f"echo {shlex.quote(trace_undo(instance, mounted))} >> {restore}"]
     return [
+        *undo,
         f"rm -f {mounted}; [ -d {tr}/instances ] || {{ mount -t tracefs nodev {tr} && touch {mounted}; }}",
         f"mkdir {instance} || echo 'BWLAB-ERROR trace side: no tracefs instance (a kernel without tracing?)' >&3",
         f"echo mono > {instance}/trace_clock; echo {schedtrace.FTRACE_BUFFER_KB} > {instance}/buffer_size_kb",
@@ -227,14 +231,21 @@ def trace_stop(instance: str, out: str, mounted: str) -> list[str]:
     """The trace side action's end, after the workload: the end marker, tracing off, the
     output (a header with the events the buffer dropped, then the trace) written to `out`,
     then the instance removed and tracefs unmounted if the start mounted it."""
-    tr = str(schedtrace.TRACEFS)
-    disable = "; ".join(f"echo 0 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
     return [
         f"echo {schedtrace.END_MARK} > {instance}/trace_marker; echo 0 > {instance}/tracing_on",
         f"L=0; for f in {instance}/per_cpu/cpu*/stats; do n=$(sed -n 's/^overrun: //p' $f); L=$((L + ${{n:-0}})); done",
         f'{{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1',
-        f"{disable}; rmdir {instance}; [ -e {mounted} ] && umount {tr}; rm -f {mounted}",
+        trace_undo(instance, mounted),
     ]
+
+
+def trace_undo(instance: str, mounted: str) -> str:
+    """Events off, the instance removed (rmdir refuses while an event is on), tracefs unmounted
+    if the plan mounted it; nothing if it is gone already."""
+    tr = str(schedtrace.TRACEFS)
+    disable = "; ".join(f"echo 0 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
+    return (f"if [ -d {instance} ]; then {disable}; rmdir {instance}; fi; "
+            f"if [ -e {mounted} ]; then umount {tr}; rm -f {mounted}; fi")  # fmt: skip
 
 
 def render_plans(spec_lists: list[list[RunSpec]], features: list[str] | None = None) -> str:
