@@ -1,5 +1,6 @@
 from __future__ import annotations
 
+import dataclasses
 import os
 import subprocess
 import sys
@@ -254,12 +255,17 @@ RECORD = ("BWLAB-BEGIN {0} {1}\nBWLAB-SECTION stat_before\nusage_usec 0\nBWLAB-S
 
 def test_the_sample_side_action_reads_the_groups_counters() -> None:
     """[side.sample]: cgsample beside the workload, on v2 cpu.stat alone, on v1 cpu.stat and
-    cpuacct.usage, every interval_ms (1 by default), stopped after the workload."""
+    cpuacct.usage, every interval_ms (1 by default), its threads (v2 cgroup.threads, v1 tasks,
+    in the group its tasks are in) stepped every 10 ms; stopped after the workload."""
     specs = scenario.load(scenario.builtin_path("below-quota")).resolve(2)
     plan = render_plan(specs)
-    line = "/bin/cgsample /sys/fs/cgroup/bwlab-0-0/cpu.stat - 1000 > /tmp/side0 2>&1 & SIDE0=$!"
+    line = ("/bin/cgsample /sys/fs/cgroup/bwlab-0-0/cpu.stat - 1000 /sys/fs/cgroup/bwlab-0-0/cgroup.threads 10000 "
+            "> /tmp/side0 2>&1 & SIDE0=$!")  # fmt: skip
     assert plan.index(line) < plan.index("echo 'BWLAB-BEGIN 0 0' >&3") < plan.index("kill $SIDE0; wait $SIDE0")
     v1 = render_plan(specs, layout=Layout(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct"))
-    assert ("/bin/cgsample /sys/fs/cgroup/cpu/bwlab-1-2/cpu.stat /sys/fs/cgroup/cpuacct/bwlab-1-2/cpuacct.usage 1000"
-            in v1)  # fmt: skip
+    assert ("/bin/cgsample /sys/fs/cgroup/cpu/bwlab-1-2/cpu.stat /sys/fs/cgroup/cpuacct/bwlab-1-2/cpuacct.usage 1000 "
+            "/sys/fs/cgroup/cpu/bwlab-1-2/tasks 10000 " in v1)  # fmt: skip
+    nested = [dataclasses.replace(s, depth=2) for s in specs]
+    assert "/bwlab-0-0/l2/cgroup.threads 10000" in render_plan(nested)
+    assert "/sys/fs/cgroup/cpu/bwlab-0-0/l2/tasks 10000" in render_plan(nested, layout=Layout(1, "/sys/fs/cgroup/cpu"))
     assert "cgwrite" not in plan

@@ -13,13 +13,14 @@ from pathlib import Path
 
 import pytest
 
+from bwlab import threads
 from bwlab.commands.live import doctor_interval_s
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, sampler, threadpools, threads
+from bwlab.live import diagnose, ebpf, groups, sampler, threadpools
 from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
-from bwlab.live.threads import ThreadRecorder
 from bwlab.periods import Analysis, Limit, Period, Sample, analyze, boundary_intervals, fit_phase
+from bwlab.threads import ThreadRecorder
 
 CID = "4f0c1b2a" * 8
 UID = "0e1f2a3b-4c5d-6e7f-8091-a2b3c4d5e6f7"

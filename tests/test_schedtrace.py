@@ -180,3 +180,37 @@ def test_a_plan_cut_short_on_a_machine_undoes_its_trace(tmp_path) -> None:  # ty
         (fake / "instances" / "bwlab-0-0" / "events" / event).mkdir(parents=True)
     run = subprocess.run(["sh", "-c", local], capture_output=True, text=True, check=True)
     assert run.stdout.strip() == f"umount {fake}" and not (tmp_path / "tracefs").exists()
+
+
+def with_steps(sampled: str, tids: int, share: float) -> str:
+    """sampler_text's output with cgsample's thread steps added: every 10 ms at 1 ms past the
+    boundary (where sampler_text's counters move), `tids` threads each on a CPU or waiting for
+    one `share` of the time."""
+    lines = sampled.strip().splitlines()
+    samples = [ln.split() for ln in lines[1:]]
+    steps = []
+    for k, fields in enumerate(samples):
+        t_ns, throttled_ns = int(fields[0]), int(fields[3])
+        if t_ns % 10_000_000 != 1_000_000:
+            continue
+        done = round(k * 1_000_000 * share)  # ns each thread has wanted so far
+        steps.append(" ".join(["s", str(t_ns), str(throttled_ns)]
+                              + [f"{200 + i} {done // 2} {done - done // 2}" for i in range(tids)]))  # fmt: skip
+    return "\n".join(lines + steps) + "\n"
+
+
+def test_cgsamples_thread_steps_are_doctors_estimate() -> None:
+    """The counters of a group at a 1-CPU quota that ran 10 ms and sat throttled 1 ms in each
+    period come to 11 ms, on its line: below quota. cgsample's steps say two threads wanted a
+    CPU throughout (20 ms a period): over-use, as doctor would call it. With one thread
+    wanting half the time, the counters decide again. A damaged step is one error."""
+    sampled = sampler_text(20, 10000, 1000)
+    assert base.sampled_metrics(sampled, spec(quota=10000))["below_quota_share"] >= 0.9  # all but the first
+    interval_s, samples, steps = base.parse_sampler(with_steps(sampled, 2, 1.0))
+    assert interval_s == 0.001 and len(samples) == 201 and len(steps) == 20
+    assert steps[1][0] == 0.011 and steps[1][2] == {200: (5_500_000, 5_500_000), 201: (5_500_000, 5_500_000)}
+    assert base.sampled_metrics(with_steps(sampled, 2, 1.0), spec(quota=10000))["below_quota_share"] == 0.0
+    assert base.sampled_metrics(with_steps(sampled, 1, 0.5), spec(quota=10000))["below_quota_share"] >= 0.9
+    for bad in ("s 1 2 3", "s 1", "s 1 2 3 4 x"):
+        with pytest.raises(BwlabError, match="step on line 3 is not 's T THROTTLED"):
+            base.parse_sampler(f"cgsample 1000\n1 2 3 4 5 6\n{bad}\n")

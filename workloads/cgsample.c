@@ -11,7 +11,14 @@
  * every tick): a header line `cgsample INTERVAL_US`, then one line per sample,
  * `T_NS NR_PERIODS NR_THROTTLED THROTTLED_NS USAGE_NS NR_BURSTS` (T_NS on CLOCK_MONOTONIC).
  *
- * usage: cgsample CPU_STAT USAGE_FILE|- INTERVAL_US
+ * With a threads file (v2's cgroup.threads, v1's tasks) it also steps the group's threads as
+ * doctor does (bwlab/threads.py's Stepper): at the first sample, at the first sample
+ * after a period boundary (nr_periods moved) and every STEP_US, it reads each thread's
+ * /proc/TID/schedstat (ns on a CPU, ns waiting for one; kept open, pread), the thread list
+ * read again at every step until a second after its first thread, then every second. Each step is a line after the samples,
+ * `s T_NS THROTTLED_NS TID RUN_NS WAIT_NS TID RUN_NS WAIT_NS ...` (T_NS: its sample's).
+ *
+ * usage: cgsample CPU_STAT USAGE_FILE|- INTERVAL_US [THREADS_FILE STEP_US]
  */
 #include <errno.h>
 #include <fcntl.h>
@@ -25,10 +32,94 @@
 #include "lat.h"
 
 #define MAX_SAMPLES 2000000 /* 33 minutes at 1 ms */
+#define MAX_THREADS 4096
+#define FOLLOW_NS 1000000000LL /* the thread list read again */
+
+static int read_at(int fd, char *buf, size_t size);
 
 struct sample {
 	int64_t t_ns, nr_periods, nr_throttled, throttled_ns, usage_ns, nr_bursts;
 };
+
+/* One thread's reading at a step; a step is a run of them after its header. */
+struct reading {
+	int64_t tid, run_ns, wait_ns;
+};
+
+struct steps {
+	struct reading *r; /* per step: a header {-1, t_ns, throttled_ns}, then its threads */
+	long n, cap;
+	int tids[MAX_THREADS], fds[MAX_THREADS], nthreads;
+};
+
+static int push(struct steps *st, int64_t a, int64_t b, int64_t c)
+{
+	if (st->n == st->cap) {
+		long cap = st->cap ? 2 * st->cap : 65536;
+		struct reading *r = realloc(st->r, sizeof(*r) * cap);
+
+		if (!r)
+			return -1;
+		st->r = r;
+		st->cap = cap;
+	}
+	st->r[st->n++] = (struct reading){ a, b, c };
+	return 0;
+}
+
+/* Read the thread list again (opened each time: v1 keeps a pidlist per open file, and a
+ * pread of a kept one returned the list as it was when opened) and open the schedstat of
+ * threads not yet known. */
+static void follow(struct steps *st, const char *list)
+{
+	static char buf[65536];
+	int fd = open(list, O_RDONLY | O_CLOEXEC);
+	ssize_t len = fd < 0 ? -1 : read(fd, buf, sizeof(buf) - 1);
+
+	if (fd >= 0)
+		close(fd);
+	if (len <= 0)
+		return;
+	buf[len] = '\0';
+	for (char *p = buf; *p && st->nthreads < MAX_THREADS;) {
+		char path[64];
+		int tid = (int)strtol(p, &p, 10), known = 0;
+
+		while (*p == '\n')
+			p++;
+		if (tid <= 0)
+			break;
+		for (int i = 0; i < st->nthreads && !known; i++)
+			known = st->tids[i] == tid;
+		if (known)
+			continue;
+		snprintf(path, sizeof(path), "/proc/%d/schedstat", tid);
+		st->fds[st->nthreads] = open(path, O_RDONLY | O_CLOEXEC);
+		st->tids[st->nthreads++] = tid;
+	}
+}
+
+/* One step: every live thread's run and wait; a thread whose file fails has exited. */
+static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns)
+{
+	if (push(st, -1, t_ns, throttled_ns))
+		return -1;
+	for (int i = 0; i < st->nthreads; i++) {
+		char buf[128];
+		long long run, wait;
+
+		if (st->fds[i] < 0)
+			continue;
+		if (read_at(st->fds[i], buf, sizeof(buf)) || sscanf(buf, "%lld %lld", &run, &wait) != 2) {
+			close(st->fds[i]);
+			st->fds[i] = -1;
+			continue;
+		}
+		if (push(st, st->tids[i], run, wait))
+			return -1;
+	}
+	return 0;
+}
 
 /* The value of `key` in cpu.stat's "key value" lines, or -1. */
 static int64_t stat_value(const char *text, const char *key)
@@ -53,17 +144,28 @@ static int read_at(int fd, char *buf, size_t size)
 
 int main(int argc, char **argv)
 {
+	static struct steps st;
 	struct sample *samples;
 	struct timespec next;
 	char stat[4096], usage[64];
-	long interval_us, n = 0;
+	long interval_us, step_us = 0, n = 0;
 	int stat_fd, usage_fd = -1;
+	const char *list = NULL;
+	int64_t last_step = -1, last_follow = 0, first_seen = -1;
 
-	if (argc != 4) {
-		fprintf(stderr, "usage: cgsample CPU_STAT USAGE_FILE|- INTERVAL_US\n");
+	if (argc != 4 && argc != 6) {
+		fprintf(stderr, "usage: cgsample CPU_STAT USAGE_FILE|- INTERVAL_US [THREADS_FILE STEP_US]\n");
 		return 2;
 	}
 	interval_us = parse_long("cgsample", argv[3], "interval", 100, 10000000);
+	if (argc == 6) {
+		step_us = parse_long("cgsample", argv[5], "step", 100, 10000000);
+		if (access(argv[4], R_OK)) {
+			fprintf(stderr, "cgsample: %s: %s\n", argv[4], strerror(errno));
+			return 1;
+		}
+		list = argv[4];
+	}
 	stat_fd = open(argv[1], O_RDONLY | O_CLOEXEC);
 	if (stat_fd < 0) {
 		fprintf(stderr, "cgsample: %s: %s\n", argv[1], strerror(errno));
@@ -110,6 +212,27 @@ int main(int argc, char **argv)
 				"usage)\n", argv[1]);
 			return 1;
 		}
+		if (list) {
+			/* like Stepper.feed: the first read, the first after a boundary, every step
+			 * (half a read early rather than a read late) */
+			int boundary = n > 0 && s->nr_periods != samples[n - 1].nr_periods;
+
+			if (last_step < 0 || boundary || s->t_ns - last_step >= (step_us - interval_us / 2) * 1000) {
+				/* every step until a second after the first thread appeared (the workload
+				 * starts after the sampler and starts its threads then), every second after */
+				if (!st.nthreads || s->t_ns - first_seen < FOLLOW_NS || s->t_ns - last_follow >= FOLLOW_NS) {
+					follow(&st, list);
+					last_follow = s->t_ns;
+					if (st.nthreads && first_seen < 0)
+						first_seen = s->t_ns;
+				}
+				if (step(&st, s->t_ns, s->throttled_ns)) {
+					fprintf(stderr, "cgsample: out of memory for the threads' steps\n");
+					return 1;
+				}
+				last_step = s->t_ns;
+			}
+		}
 		n++;
 		timespec_add_us(&next, interval_us);
 		while (!lat_stop && clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &next, NULL) == EINTR)
@@ -123,5 +246,15 @@ int main(int argc, char **argv)
 		       (long long)s->nr_throttled, (long long)s->throttled_ns, (long long)s->usage_ns,
 		       (long long)(s->nr_bursts < 0 ? 0 : s->nr_bursts));
 	}
+	for (long i = 0; i < st.n; i++) {
+		const struct reading *r = &st.r[i];
+
+		if (r->tid < 0)
+			printf("%ss %lld %lld", i ? "\n" : "", (long long)r->run_ns, (long long)r->wait_ns);
+		else
+			printf(" %lld %lld %lld", (long long)r->tid, (long long)r->run_ns, (long long)r->wait_ns);
+	}
+	if (st.n)
+		printf("\n");
 	return 0;
 }

@@ -19,18 +19,12 @@ from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
-from bwlab import periods
+from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools, threads, tune, whatif, window
+from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
 from bwlab.progress import console
-
-# Per-thread demand is read at each boundary and every 10 ms between (once a period at periods
-# up to 10 ms). At a 10 ms period, reading it every 5 ms as well found no more below-quota
-# periods (wakelat's bursts against the trace: 90 of 94 found, 90 of 92 calls right; once a
-# period: 67 of 69 and 67 of 68) and cost 0.4 % of a CPU more; every 2.5 ms found fewer.
-THREAD_STEP_S = 0.010
 
 # the what-if replays the whole recording, up to this long (bursty groups differ from one
 # 10 s stretch to the next as much as the prediction's tolerance)
@@ -99,7 +93,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
     recorder = threads.ThreadRecorder(tids, len(allowed))
     tracer = ebpf.Tracer(recorder.tids) if traced else None
-    stepper = threads.Stepper.of(recorder, group.threads, interval_s, THREAD_STEP_S)
+    stepper = threads.Stepper.of(recorder, group.threads, interval_s, threads.STEP_S)
 
     def on_sample(t: float, stat: bytes, parse: Callable[[], Sample]) -> None:
         stepper.feed(t, sampler.nr_periods(stat), parse)
@@ -108,7 +102,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     # doctor's cost, but reads at a fixed phase to the period changed the throttling of
     # sysbench at demand == quota from 50 % of periods to 2-47 % (reads every interval: less,
     # and by a varying amount: 35-47 % on 2026-11-24, docs/live.md)
-    schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, THREAD_STEP_S) if sparse else None
+    schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, threads.STEP_S) if sparse else None
 
     try:
         if tracer is not None:

@@ -33,9 +33,9 @@ from typing import Any
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from bwlab import periods
+from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, sampler, threads
+from bwlab.live import diagnose, groups, sampler
 from bwlab.live.groups import Hierarchy, LiveGroup
 
 HOT_S = 10.0  # a group that throttled is watched at period resolution at least this long

@@ -9,7 +9,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Protocol
 
-from bwlab import cpustat, periods, results, schedtrace
+from bwlab import cpustat, periods, results, schedtrace, threads
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest
 from bwlab.scenario import RunSpec, Scenario
@@ -121,33 +121,68 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
 SAMPLER_HEADER = "cgsample "
 
 
-def parse_sampler(text: str) -> tuple[float, list[periods.Sample]]:
-    """cgsample's output: its interval (s) and samples (monotonic s, counters, us)."""
+# one of cgsample's thread steps: (monotonic s, the group's throttled us, {tid: (run ns, wait ns)})
+Step = tuple[float, float, dict[int, tuple[int, int]]]
+
+
+def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
+    """cgsample's output: its interval (s), samples (monotonic s, counters, us) and, when it
+    stepped the group's threads, the steps."""
     lines = text.strip().splitlines()
     head = lines[0].split() if lines else []
     if len(head) != 2 or head[0] != SAMPLER_HEADER.strip() or not head[1].isdigit():
         raise BwlabError(f"the sample side action's output does not start with its header: {text[:80]!r}")
     out = []
+    steps: list[Step] = []
     for n, line in enumerate(lines[1:], 2):
         fields = line.split()
+        if fields and fields[0] == "s":
+            values = fields[1:]
+            if len(values) < 2 or len(values) % 3 != 2 or not all(v.isdigit() for v in values):
+                raise BwlabError(f"the sample side action's step on line {n} is not 's T THROTTLED (TID RUN WAIT)...':"
+                                 f" {line[:80]!r}")  # fmt: skip
+            nums = [int(v) for v in values]
+            readings = {nums[i]: (nums[i + 1], nums[i + 2]) for i in range(2, len(nums), 3)}
+            steps.append((nums[0] / 1e9, nums[1] / 1000, readings))
+            continue
         if len(fields) != 6 or not all(f.lstrip("-").isdigit() for f in fields):
             raise BwlabError(f"the sample side action's line {n} is not 6 numbers: {line[:80]!r}")
         t, nr_periods, nr_throttled, throttled_ns, usage_ns, nr_bursts = map(int, fields)
         out.append(periods.Sample(t / 1e9, nr_periods, nr_throttled, throttled_ns / 1000, usage_ns / 1000, nr_bursts))
-    return int(head[1]) / 1e6, out
+    return int(head[1]) / 1e6, out, steps
+
+
+def recorded(steps: list[Step], samples: list[periods.Sample], cpus: int) -> threads.ThreadRecorder | None:
+    """cgsample's thread steps in a recorder, as doctor's Stepper would have made them (its
+    boundaries: between the reads either side of each), from the first step that read a
+    thread (the sampler starts before the workload: the periods before it are weighed on the
+    counters alone); None without one."""
+    first = next((i for i, (_, _, readings) in enumerate(steps) if readings), None)
+    if first is None:
+        return None
+    recorder = threads.ThreadRecorder([], cpus)
+    for t, throttled_us, readings in steps[first:]:
+        recorder.step(t, throttled_us, readings)
+    recorder.boundaries = [(a + b) / 2 for a, b in periods.boundary_intervals(samples)]
+    return recorder
 
 
 def sampled_metrics(text: str, spec: RunSpec, trace_text: str | None = None) -> dict[str, float]:
-    """The per-period detector (bwlab/periods.py) on the sample side action's counters: the
-    periods it saw, and of them the throttled ones below quota (unnecessary), as a share of
-    the periods and of the throttled ones. With the trace side action's output, each throttled
-    period's verdict is also weighed on its traced demand (the truth: schedtrace.py), and the
+    """The per-period detector (bwlab/periods.py) on the sample side action's counters (and,
+    when it stepped the group's threads, what they wanted: doctor's estimate): the periods it
+    saw, and of them the throttled ones below quota (unnecessary), as a share of the periods
+    and of the throttled ones. With the trace side action's output, each throttled period's
+    verdict is also weighed on its traced demand (the truth: schedtrace.py), and the
     detector's precision and recall of *below quota* against it are metrics too: the counts
     (traced_below, below_both), to pool runs, and the ratios where they are defined."""
-    interval_s, samples = parse_sampler(text)
+    interval_s, samples, steps = parse_sampler(text)
     limit = periods.Limit(spec.quota_us, spec.period_us, spec.burst_us)
     cpus = len(spec.cpu_ids)
-    analysis = periods.analyze(samples, limit, interval_s, cpus)
+    recorder = recorded(steps, samples, cpus)
+    if recorder is None:
+        analysis = periods.analyze(samples, limit, interval_s, cpus)
+    else:
+        analysis = periods.analyze(samples, limit, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us)
     out = {"sampled_periods": float(analysis.total)}
     if analysis.total:
         out["below_quota_pct"] = 100 * analysis.below / analysis.total

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from bwlab import cgroup, results, schedtrace
+from bwlab import cgroup, results, schedtrace, threads
 from bwlab.errors import BwlabError
 from bwlab.paths import sysctl_path
 from bwlab.progress import console, run_progress
@@ -73,7 +73,10 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
                 if side.kind == "rewrite" and writer is not None:
                     argv_side = [str(writer), str(grp.bandwidth_file), grp.bandwidth_value, str(side.interval_us)]
                 elif side.kind == "sample" and sampler is not None:
-                    argv_side = [str(sampler), str(grp.stat_file), str(grp.usage_file or "-"), str(side.interval_us)]
+                    leaf = grp.leaves[0]  # its tasks' group, in the cpu hierarchy
+                    listing = leaf / ("tasks" if (leaf / "tasks").is_file() else "cgroup.threads")
+                    argv_side = [str(sampler), str(grp.stat_file), str(grp.usage_file or "-"), str(side.interval_us),
+                                 str(listing), str(round(threads.STEP_S * 1e6))]  # fmt: skip
                 else:
                     raise BwlabError(f"side action {side.kind!r} is not supported on the host")
                 with (tmp / f"side{i}").open("wb") as out:

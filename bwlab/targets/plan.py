@@ -16,7 +16,7 @@ import re
 import shlex
 from dataclasses import dataclass, field
 
-from bwlab import schedtrace
+from bwlab import schedtrace, threads
 from bwlab.errors import BwlabError
 from bwlab.paths import sysctl_path
 from bwlab.scenario import RunSpec, noise_seconds
@@ -62,6 +62,7 @@ class GroupShell:
     dirs: list[str]
     stat_file: str  # cpu.stat, and v1's cpuacct.usage ("-" on v2): what cgsample reads
     usage_file: str
+    threads_file: str  # its threads (v2 cgroup.threads, v1 tasks, in the deepest group): cgsample steps them
 
 
 def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
@@ -82,7 +83,8 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
                 lines.append(f"echo {spec.burst_us} > {leaf}/cpu.max.burst")
             if spec.cpus is not None:
                 lines.append(f"echo {spec.cpus} > {leaf}/cpuset.cpus")
-        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g], f"{g}/cpu.stat", "-")
+        return GroupShell(lines, [leaf], f"{g}/cpu.max", bw_value, f"cat {g}/cpu.stat", [g], f"{g}/cpu.stat", "-",
+                          f"{leaf}/cgroup.threads")  # fmt: skip
     if spec.cpus is not None and layout.cpuset is None:
         raise BwlabError(f"case {spec.case} asks for cpus but the machine has no v1 cpuset hierarchy")
     quota = str(spec.quota_us) if spec.quota_us is not None else "-1"
@@ -104,7 +106,7 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
     stat = f'{{ cat {layout.cpu}/{name}/cpu.stat; echo "cpuacct_usage_ns $(cat {acct}/{name}/cpuacct.usage)"; }}'
     return GroupShell(lines, leaves, f"{layout.cpu}/{name}/cpu.cfs_quota_us", quota, stat,
                       [f"{root}/{name}" for root in roots], f"{layout.cpu}/{name}/cpu.stat",
-                      f"{acct}/{name}/cpuacct.usage")  # fmt: skip
+                      f"{acct}/{name}/cpuacct.usage", f"{leaves[0]}/tasks")  # fmt: skip
 
 
 def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout: Layout | None = None,
@@ -156,7 +158,8 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                     continue
                 if side.kind == "sample":
                     lines.append(f"{bin_dir}/cgsample {grp.stat_file} {grp.usage_file} {side.interval_us} "
-                                 f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
+                                 f"{grp.threads_file} {round(threads.STEP_S * 1e6)} > {t}/side{si} 2>&1 & "
+                                 f"SIDE{si}=$!")  # fmt: skip
                     continue
                 lines.append(f"{bin_dir}/cgwrite {grp.bandwidth_file} {q(grp.bandwidth_value)} {side.interval_us} "
                              f"> {t}/side{si} 2>&1 & SIDE{si}=$!")  # fmt: skip
