@@ -94,3 +94,22 @@ def running_in_group(label: str, period_us: int, quota_us: int, argv: list[str])
     hier = cgroup.detect()
     with hier.group(cgroup.unique_name(label), period_us, quota_us, 0, None) as grp, started_in(grp, argv):
         yield grp
+
+
+def assert_agrees_with_truth(m: dict[str, float], case: str) -> tuple[int, int, int]:
+    """One repetition of the detector against the trace side action's truth (its metrics):
+    the group's period timer found at nearly every sampled boundary; periods of over-use
+    called so (>= 95 %); and, as doctor's eBPF test asks (tests/test_ebpf_real.py), at most one
+    call of *below* in ten wrong (two allowed however few) and at least half of the truly
+    below-quota periods found where there are five or more. Returns (truly below, called
+    below, both) to pool."""
+    throttled = round(m["nr_throttled"])
+    truly, both = round(m.get("traced_below", 0)), round(m.get("below_both", 0))
+    called = round((m.get("below_quota_share") or 0) * throttled)
+    summary = f"{case}: throttled {throttled}, truly below {truly}, called {called}, both {both}"
+    assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], summary
+    over_used = throttled - truly
+    assert over_used < 10 or (over_used - (called - both)) / over_used >= 0.95, summary
+    assert called - both <= max(2, 0.1 * called), summary
+    assert truly < 5 or both >= 0.5 * truly, summary
+    return truly, called, both

@@ -17,7 +17,7 @@ from bwlab.paths import TRACE_CONFIG, cache_root
 from bwlab.scenario import builtin_path
 from bwlab.targets import qemu
 
-from conftest import DATA, REPO, bwlab, pids_with
+from conftest import DATA, REPO, assert_agrees_with_truth, bwlab, pids_with
 
 pytestmark = pytest.mark.guest
 
@@ -238,3 +238,17 @@ def test_the_traced_truth_in_a_guest(trace_kernel_key: str, tmp_path: Path) -> N
             assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], m
             truly = m["traced_below"] / m["nr_throttled"]
             assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)
+
+
+def test_the_detector_against_traced_bursts_on_v2(trace_kernel_key: str, tmp_path: Path) -> None:
+    """The below-quota-bursts scenario in a guest with tracepoints (cgroup v2): each repetition
+    of the detector agrees with the traced truth as assert_agrees_with_truth asks."""
+    proc = bwlab("run", "below-quota-bursts", "--target", "guest", "--kernel", trace_kernel_key, "--reps", "1",
+                 "--duration", "15", "--out", str(tmp_path), timeout=1200)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "below-quota-bursts-guest-baseline-trace.json").read_text())
+    assert doc["meta"]["splats"] == []
+    for case in doc["cases"]:
+        for rep in case["reps"]:
+            truly, called, both = assert_agrees_with_truth(rep["metrics"], case["case"])
+            print(f"{case['case']}: truly below {truly}, called {called}, both {both}")

@@ -16,7 +16,7 @@ from bwlab import cgroup, schedtrace
 from bwlab.kernel.build import SUPPORTED_HZ
 from bwlab.scenario import builtin_path
 
-from conftest import DATA, REPO, bwlab, needs_root, pids_with
+from conftest import DATA, REPO, assert_agrees_with_truth, bwlab, needs_root, pids_with
 
 pytestmark = [pytest.mark.host, needs_root()]
 
@@ -264,4 +264,19 @@ def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:
             assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)
             if want_below:
                 assert m["below_recall"] >= 0.95 and m["below_precision"] >= 0.95, m
+    assert not bwlab_dirs()
+
+
+def test_the_detector_against_traced_bursts(tmp_path: Path) -> None:
+    """The below-quota-bursts scenario on this host (wakelat's Poisson bursts at 100 and 10 ms,
+    cgsample stepping its threads, ftrace's truth): each repetition agrees with the truth as
+    assert_agrees_with_truth asks; the pooled figures are printed (docs/live.md has more runs)."""
+    proc = bwlab("run", "below-quota-bursts", "--target", "host", "--reps", "2", "--duration", "15", "--out",
+                 str(tmp_path), timeout=900)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    doc = json.loads((tmp_path / "below-quota-bursts-host.json").read_text())
+    for case in doc["cases"]:
+        pooled = [assert_agrees_with_truth(r["metrics"], case["case"]) for r in case["reps"]]
+        truly, called, both = (sum(x) for x in zip(*pooled, strict=True))
+        print(f"{case['case']}: truly below {truly}, called {called}, both {both}")
     assert not bwlab_dirs()
