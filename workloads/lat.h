@@ -3,8 +3,8 @@
  * lat.h - what the workloads (wakelat, funcs, cglat, noise) share: clocks, a CPU burn measured
  * in the thread's own CPU time, nearest-rank percentiles and their JSON, argument parsing
  * (one value, or a table of integer options), making and joining child cgroups (funcs, picks),
- * and the stop flag and deadline step of the tools that run until told to stop (cgwrite,
- * cgsample, picks).
+ * the stop flag and deadline step of the tools that run until told to stop (cgwrite,
+ * cgsample, picks), and EEVDF's custom slice (wakelat, cgsample).
  * Header-only: each workload is one static binary built from one .c file.
  */
 #ifndef BWLAB_LAT_H
@@ -12,12 +12,15 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -44,6 +47,32 @@ static inline void stop_on_signals(void)
 
 /* Moves an absolute deadline `us` microseconds on (a schedule that a late wakeup does not
  * shift). */
+/* EEVDF's custom slice: sched_attr.sched_runtime for SCHED_OTHER (Linux 6.12 and later), the
+ * calling thread's nice kept. -1 (errno set) where the kernel has none, or for a thread of
+ * another policy (batch, idle, real-time: left as it was run). */
+struct sched_attr_v1 {
+	uint32_t size, sched_policy;
+	uint64_t sched_flags;
+	int32_t sched_nice;
+	uint32_t sched_priority;
+	uint64_t sched_runtime, sched_deadline, sched_period;
+};
+
+static inline int set_fair_slice(long us)
+{
+	struct sched_attr_v1 attr = { .size = sizeof(attr), .sched_runtime = (uint64_t)us * 1000 };
+
+	if (sched_getscheduler(0) != SCHED_OTHER) {
+		errno = EINVAL;
+		return -1;
+	}
+	errno = 0;
+	attr.sched_nice = getpriority(PRIO_PROCESS, 0);
+	if (errno)
+		return -1;
+	return (int)syscall(SYS_sched_setattr, 0, &attr, 0);
+}
+
 static inline void timespec_add_us(struct timespec *t, long us)
 {
 	t->tv_nsec += (us % 1000000) * 1000;

@@ -123,20 +123,9 @@ static int64_t *merge(struct msg *msgs, int which, long *n)
 	return all;
 }
 
-/* EEVDF's custom slice (sched_attr.sched_runtime for SCHED_OTHER, Linux 6.12+). */
-struct sched_attr_v1 {
-	uint32_t size, sched_policy;
-	uint64_t sched_flags;
-	int32_t sched_nice;
-	uint32_t sched_priority;
-	uint64_t sched_runtime, sched_deadline, sched_period;
-};
-
 static void set_slice(long us)
 {
-	struct sched_attr_v1 attr = { .size = sizeof(attr), .sched_runtime = (uint64_t)us * 1000 };
-
-	if (syscall(SYS_sched_setattr, 0, &attr, 0) != 0) {
+	if (set_fair_slice(us) != 0) {
 		fprintf(stderr, "wakelat: sched_setattr(slice %ld us): %s\n", us, strerror(errno));
 		exit(1);
 	}
