@@ -15,7 +15,9 @@ use): what the group ran plus what it was stopped from running.
 
 from __future__ import annotations
 
+import base64
 import contextlib
+import gzip
 import re
 import subprocess
 from dataclasses import dataclass, field
@@ -148,16 +150,22 @@ FIELD = re.compile(r"(\w+)=(\S+)")
 
 
 def parse_ftrace(text: str) -> Trace:
-    """The trace side action's output: its header line (`bwlab-ftrace LOST`, the events the
-    buffer dropped), then the instance's trace. Two trace markers bound it: `bwlab-root PID`,
+    """The trace side action's output: its header line (`bwlab-ftrace LOST [gzip]`, the events
+    the buffer dropped, and whether the trace follows gzip'd in base64), then the instance's
+    trace. Two trace markers bound it: `bwlab-root PID`,
     written by the workload's first process before it starts the workload, and `bwlab-end`,
     after the workload exited. The members are that process and every task forked from a
     member after it (tracing began before it, so each member's first event is its birth); the
     period timers are every sched_cfs_period_timer expiry (Trace.timer_of picks the group's)."""
     lines = text.splitlines()
     head = lines[0].split() if lines else []
-    if len(head) != 2 or head[0] != FTRACE_HEADER or not head[1].isdigit():
+    if len(head) not in (2, 3) or head[0] != FTRACE_HEADER or not head[1].isdigit() or head[2:] not in ([], ["gzip"]):
         raise BwlabError(f"the trace side action's output does not start with its header: {text[:80]!r}")
+    if head[2:] == ["gzip"]:  # the plan's, where the machine had gzip and base64
+        try:
+            lines = [lines[0], *gzip.decompress(base64.b64decode("".join(lines[1:]))).decode().splitlines()]
+        except (ValueError, OSError, EOFError) as exc:
+            raise BwlabError(f"the trace side action's compressed trace is damaged: {exc}") from None
     members: set[int] = set()
     events: list[Event] = []
     start = end = None

@@ -76,6 +76,7 @@ def test_ftrace_text_becomes_each_threads_wanting() -> None:
     ("", "does not start with its header"),
     ("bwlab-ftrace\n", "does not start with its header"),
     ("bwlab-ftrace x\n", "does not start with its header"),
+    ("bwlab-ftrace 0 zip\n", "does not start with its header"),
     ("bwlab-ftrace 0\n# tracer: nop\n", "no 'bwlab-root PID' marker"),
     ("bwlab-ftrace 0\n" + line(0.1, "tracing_mark_write", "bwlab-root 100", pid=100) + "\n", "no 'bwlab-end' marker"),
     ("bwlab-ftrace 0\n" + line(0.1, "tracing_mark_write", "bwlab-root 100", pid=100) + "\n"
@@ -214,3 +215,29 @@ def test_cgsamples_thread_steps_are_doctors_estimate() -> None:
     for bad in ("s 1 2 3", "s 1", "s 1 2 3 4 x"):
         with pytest.raises(BwlabError, match="step on line 3 is not 's T THROTTLED"):
             base.parse_sampler(f"cgsample 1000\n1 2 3 4 5 6\n{bad}\n")
+
+
+def test_the_plans_trace_output_is_compressed_and_parsed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """trace_stop's shell on a fake instance (its trace, a CPU's stats with dropped events):
+    the output is gzip'd in base64 where the machine has both (as this one does), and
+    parse_ftrace reads it back whole; a damaged one is one error."""
+    inst = tmp_path / "instances" / "bwlab-0-0"
+    (inst / "per_cpu" / "cpu0").mkdir(parents=True)
+    (inst / "per_cpu" / "cpu1").mkdir(parents=True)
+    (inst / "per_cpu" / "cpu0" / "stats").write_text("entries: 9\noverrun: 3\ncommit overrun: 0\n")
+    (inst / "per_cpu" / "cpu1" / "stats").write_text("entries: 9\noverrun: 4\ncommit overrun: 0\n")
+    text = ftrace_text(3, [(101, 0.001, 0.015)])
+    (inst / "trace").write_text("\n".join(text.splitlines()[1:]).replace(schedtrace.END_MARK, "x") + "\n")
+    out = tmp_path / "side1"
+    shell = "\n".join(plan.trace_stop(str(inst), str(out), str(tmp_path / "mounted")))
+    shell = shell.replace(f"rmdir {inst}", "true")  # the fake's files stay
+    subprocess.run(["sh", "-c", shell], check=True)
+    output = out.read_text()
+    assert output.startswith(f"{schedtrace.FTRACE_HEADER} 7 gzip\n") and "sched_switch" not in output
+    assert (inst / "trace_marker").read_text() == f"{schedtrace.END_MARK}\n"  # the fake keeps what was written
+    (inst / "trace").write_text((inst / "trace").read_text() + line(0.0309, "tracing_mark_write", "bwlab-end") + "\n")
+    subprocess.run(["sh", "-c", shell], check=True)
+    trace = schedtrace.parse_ftrace(out.read_text())
+    assert trace.lost == 7 and trace.wanting == {101: [(0.001, 0.015)]} and trace.end == 0.0309
+    with pytest.raises(BwlabError, match="compressed trace is damaged"):
+        schedtrace.parse_ftrace(f"{schedtrace.FTRACE_HEADER} 0 gzip\nbm90IGd6aXA=\n")

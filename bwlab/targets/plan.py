@@ -232,12 +232,17 @@ def trace_start(instance: str, mounted: str, restore: str | None = None) -> list
 
 def trace_stop(instance: str, out: str, mounted: str) -> list[str]:
     """The trace side action's end, after the workload: the end marker, tracing off, the
-    output (a header with the events the buffer dropped, then the trace) written to `out`,
+    output (a header with the events the buffer dropped, then the trace, gzip'd in base64
+    where the machine has both) written to `out`,
     then the instance removed and tracefs unmounted if the start mounted it."""
     return [
         f"echo {schedtrace.END_MARK} > {instance}/trace_marker; echo 0 > {instance}/tracing_on",
         f"L=0; for f in {instance}/per_cpu/cpu*/stats; do n=$(sed -n 's/^overrun: //p' $f); L=$((L + ${{n:-0}})); done",
-        f'{{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1',
+        # compressed where the machine can (a guest's serial port carried 17 MB a repetition of
+        # wakelat's bursts as text)
+        f"if command -v gzip > /dev/null && command -v base64 > /dev/null; then "
+        f'{{ echo "{schedtrace.FTRACE_HEADER} $L gzip"; gzip -1 < {instance}/trace | base64; }} > {out} 2>&1; '
+        f'else {{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1; fi',
         trace_undo(instance, mounted),
     ]
 
