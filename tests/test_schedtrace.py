@@ -105,6 +105,7 @@ def test_the_detector_against_the_traced_truth() -> None:
     light = ftrace_text(20, [(101 + k, k * 0.010 + 0.0006, k * 0.010 + 0.0066) for k in range(20)])
     m = base.sampled_metrics(sampled, traced_spec(10000), light)
     assert m["traced_below"] >= 18 and m["below_both"] == 0 and m["below_recall"] == 0
+    assert m["disagree_near_line"] == 0  # the truth, 6 ms, is far below the 11 ms line
     assert "below_precision" not in m
     # at demand == quota (sampler_text: 19 ms used, 1 ms stopped every other period, both
     # threads wanting throughout): every throttled period is below, called and true

@@ -210,7 +210,12 @@ def truth_metrics(polled: periods.Analysis, samples: list[periods.Sample], trace
     truly = sum(n for _, t, n in pairs if t == "below")
     called = sum(n for p, _, n in pairs if p == "below")
     both = sum(n for p, t, n in pairs if p == t == "below")
-    out = {"traced_below": float(truly), "below_both": float(both), "traced_timer_hits": float(len(expiries))}
+    # disagreements whose traced demand lies within periods.NEAR of the quota of the line,
+    # where the estimate's error of a few percent decides (docs/live.md)
+    near = sum(p.throttled for p, t in zip(polled.periods, traced.periods, strict=True)
+               if p.verdict != t.verdict and t.near_line)  # fmt: skip
+    out = {"traced_below": float(truly), "below_both": float(both), "traced_timer_hits": float(len(expiries)),
+           "disagree_near_line": float(near)}  # fmt: skip
     if truly:
         out["below_recall"] = both / truly
     if called:

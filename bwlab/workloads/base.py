@@ -286,6 +286,7 @@ COMMON_METRICS = (
     Metric("traced_below", "truly below quota (traced)"),
     Metric("below_both", "below quota, traced and sampled"),
     Metric("traced_timer_hits", "period timer expiries traced"),
+    Metric("disagree_near_line", "verdicts unlike the truth, truth near the line"),
     # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
     Metric("unthrottle_aborts", "aborted unthrottles"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",
