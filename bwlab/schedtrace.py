@@ -103,7 +103,7 @@ def period_timer_address() -> int:
 
 
 # One event: (monotonic s, kind, values). Kinds: "p" period timer (hrtimer address), "w" woken
-# or born (tid), "s" switched out (tid, asleep: 1 or 0).
+# or born (tid), "s" switched out (tid, asleep: 1 or 0), "i" switched in (tid; ftrace only).
 Event = tuple[float, str, tuple[int, ...]]
 
 
@@ -119,6 +119,7 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
     trace = Trace(start, end)
     since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
     seen: set[int] = set()
+    woken_awake: set[int] = set()  # woken while wanting a CPU: since it last switched
     for t, kind, values in sorted(events):
         if kind == "p":
             trace.timers.setdefault(values[0], []).append(t)
@@ -126,15 +127,30 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
         tid = values[0]
         if tid not in seen:
             seen.add(tid)
-            since[tid] = start if kind == "s" else None
+            since[tid] = start if kind in "si" else None
         if kind == "w":
             if since.get(tid) is None:
                 since[tid] = t
+            else:
+                woken_awake.add(tid)
+        elif kind == "i":  # on a CPU: it wants one (a wakeup the trace missed or put after this)
+            if since.get(tid) is None:
+                since[tid] = t
+        elif values[1] and tid in woken_awake:
+            # A wakeup is traced only for a thread in a sleeping state, and it makes the thread
+            # runnable: one seen while the thread already wanted a CPU, then a switch out asleep,
+            # is a wakeup that came after that sleep began, timed by another CPU's clock a few
+            # microseconds off (a TCG guest: wakelat's message thread woken 9 us "before" it
+            # slept, then run with no wakeup after; its periods were weighed at 0). It
+            # wants a CPU throughout.
+            woken_awake.discard(tid)
         elif values[1]:  # switched out asleep
             began = since.get(tid, start)
             since[tid] = None
             if began is not None and began < t:
                 trace.wanting.setdefault(tid, []).append((began, t))
+        else:
+            woken_awake.discard(tid)
     for tid, began in since.items():
         if began is not None and began < end:
             trace.wanting.setdefault(tid, []).append((began, end))
@@ -200,6 +216,8 @@ def parse_ftrace(text: str) -> Trace:
                 if int(fields["prev_pid"]) in members:
                     asleep = not fields["prev_state"].startswith("R")  # R, R+: preempted or throttled
                     events.append((t, "s", (int(fields["prev_pid"]), int(asleep))))
+                if int(fields["next_pid"]) in members:
+                    events.append((t, "i", (int(fields["next_pid"]),)))
         except (KeyError, ValueError):
             raise BwlabError(f"the trace side action's {event} line is not as 7.x prints it: {line[:120]!r}") from None
     if start is None:

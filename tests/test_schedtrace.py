@@ -242,3 +242,18 @@ def test_the_plans_trace_output_is_compressed_and_parsed(tmp_path) -> None:  # t
     assert trace.lost == 7 and trace.wanting == {101: [(0.001, 0.015)]} and trace.end == 0.0309
     with pytest.raises(BwlabError, match="compressed trace is damaged"):
         schedtrace.parse_ftrace(f"{schedtrace.FTRACE_HEADER} 0 gzip\nbm90IGd6aXA=\n")
+
+
+def test_a_wakeup_timed_before_the_sleep_it_ends_keeps_the_thread_wanting() -> None:
+    """A TCG guest's CPUs' clocks differ by microseconds: a thread's wakeup, traced on one CPU,
+    can sort before the switch out asleep it ends, traced on another. A wakeup is traced only
+    for a sleeping thread and makes it runnable, so one seen while the thread wanted a CPU,
+    then a sleep, is that: it wants a CPU throughout. A sleep with no such wakeup ends its
+    wanting, and a thread switched in wants a CPU again even with no wakeup seen."""
+    events: list[schedtrace.Event] = [
+        (1.0, "w", (7,)), (1.1, "s", (7, 0)), (1.2, "w", (7,)), (1.21, "s", (7, 1)), (1.5, "s", (7, 1)),
+        (2.0, "w", (8,)), (2.1, "w", (8,)), (2.2, "s", (8, 0)), (2.5, "s", (8, 1)),  # a wakeup then a preemption
+        (3.0, "i", (8,)), (3.4, "s", (8, 1)),
+    ]  # fmt: skip
+    trace = schedtrace.build(events, 0.5, 4.0, {})
+    assert trace.wanting == {7: [(1.0, 1.5)], 8: [(2.0, 2.5), (3.0, 3.4)]}
