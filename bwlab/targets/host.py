@@ -36,7 +36,8 @@ def _joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> 
             with procs.open("w") as fh:
                 fh.write(pid)
         if trace is not None:  # the workload's first process, named in the trace before it starts
-            trace.mark_root(int(pid))
+            with contextlib.suppress(OSError):  # else no marker: the trace's parse says so, in one line
+                trace.mark_root(int(pid))
 
     return join
 
