@@ -9,10 +9,12 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bwlab import cgroup
+from bwlab.scenario import builtin_path
 
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
@@ -114,3 +116,27 @@ def assert_agrees_with_truth(m: dict[str, float], case: str, wrong_share: float 
     assert called - both <= max(wrong_min, wrong_share * called), summary
     assert truly < 5 or both >= 0.5 * truly, summary
     return truly, called, both
+
+
+def traced_below_quota(tmp_path: Path) -> Path:
+    """The below-quota scenario (sysbench, whose demand is known) with the trace side action."""
+    scen = tmp_path / "traced.toml"
+    scen.write_text(builtin_path("below-quota").read_text() + "\n[side.trace]\n")
+    return scen
+
+
+def assert_truth_knows_known_demand(doc: dict[str, Any], detector_too: bool) -> None:
+    """The traced truth on traced_below_quota's result: the throttled periods at demand ==
+    quota below quota and those at twice the quota over-use (>= 95 % each), the period timer
+    found at nearly every sampled boundary; `detector_too`: the detector's precision and
+    recall against it at demand == quota >= 95 % as well."""
+    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
+    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
+        for m in cases[case]:
+            print(case, {k: m.get(k) for k in ("nr_throttled", "traced_below", "below_both", "below_recall",
+                                               "below_precision", "traced_timer_hits", "sampled_periods")})  # fmt: skip
+            assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], m
+            truly = m["traced_below"] / m["nr_throttled"]
+            assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)
+            if detector_too and want_below:
+                assert m["below_recall"] >= 0.95 and m["below_precision"] >= 0.95, m

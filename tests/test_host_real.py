@@ -14,9 +14,17 @@ import pytest
 
 from bwlab import cgroup, schedtrace
 from bwlab.kernel.build import SUPPORTED_HZ
-from bwlab.scenario import builtin_path
 
-from conftest import DATA, REPO, assert_agrees_with_truth, bwlab, needs_root, pids_with
+from conftest import (
+    DATA,
+    REPO,
+    assert_agrees_with_truth,
+    assert_truth_knows_known_demand,
+    bwlab,
+    needs_root,
+    pids_with,
+    traced_below_quota,
+)
 
 pytestmark = [pytest.mark.host, needs_root()]
 
@@ -248,22 +256,11 @@ def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:
     boundary, and the detector's precision and recall against it follow. The host's tracefs
     is left as it was found (mounted or not, no instance of ours)."""
     before = tracefs_state()
-    scen = tmp_path / "traced.toml"
-    scen.write_text(builtin_path("below-quota").read_text() + "\n[side.trace]\n")
-    proc = bwlab("run", str(scen), "--target", "host", "--reps", "2", "--out", str(tmp_path), timeout=600)
+    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--target", "host", "--reps", "2", "--out", str(tmp_path),
+                 timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert tracefs_state() == before
-    doc = json.loads((tmp_path / "below-quota-host.json").read_text())
-    cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
-    for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
-        for m in cases[case]:
-            print(case, {k: m.get(k) for k in ("nr_throttled", "traced_below", "below_both", "below_recall",
-                                               "below_precision", "traced_timer_hits", "sampled_periods")})  # fmt: skip
-            assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], m
-            truly = m["traced_below"] / m["nr_throttled"]
-            assert (truly >= 0.95) if want_below else (truly <= 0.05), (case, m)
-            if want_below:
-                assert m["below_recall"] >= 0.95 and m["below_precision"] >= 0.95, m
+    assert_truth_knows_known_demand(json.loads((tmp_path / "below-quota-host.json").read_text()), detector_too=True)
     assert not bwlab_dirs()
 
 
