@@ -1,13 +1,10 @@
 """doctor's eBPF mode: a group's period boundaries and its threads' demand from kernel
 tracepoints (bpftrace), exact where polling estimates.
 
-What it records, and why these probes: the period timer's expiries (timer:hrtimer_expire_entry
-for sched_cfs_period_timer; the hrtimer's address tells groups apart), and when each of the
-group's threads wants a CPU: from its wakeup (sched:sched_waking) until it is switched out
-asleep (sched:sched_switch with a sleeping prev_state). A thread switched out runnable was
-preempted or throttled: it still wants the CPU. A period's demand is then the integral over it
-of min(threads wanting a CPU, the CPUs they can use): what the group ran plus what it was
-stopped from running, the quantity periods.py estimates from counters.
+What it records, and why these probes, is bwlab/schedtrace.py's (the model this fills, as the
+lab's trace side action does with ftrace): the period timer's expiries and when each of the
+group's threads wants a CPU; a period's demand is what the group ran plus what it was stopped
+from running, the quantity periods.py estimates from counters.
 
 Stock kernels have no tracepoint on the bandwidth paths (throttle, unthrottle, distribution);
 reading the pool and each CPU's local runtime at a throttle, for a cause per event, needs

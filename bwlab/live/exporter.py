@@ -266,7 +266,7 @@ class Watcher:
         interval = sample_interval(tr.group.effective.period_us)
         tids = tr.group.threads()
         recorder = threads.ThreadRecorder(tids)
-        step = max(0.010, tr.group.effective.period_us / 1e6 / 2)
+        step = max(threads.STEP_S, tr.group.effective.period_us / 1e6 / 2)
         # On a grid of its interval from one epoch: groups of the same period are read in one
         # wake-up (each wake-up of this loop costs more than a read).
         due = (now // interval + 1) * interval

@@ -195,8 +195,8 @@ def sampled_metrics(text: str, spec: RunSpec, trace_text: str | None = None) -> 
 
 def truth_metrics(polled: periods.Analysis, samples: list[periods.Sample], trace: schedtrace.Trace,
                   limit: periods.Limit, interval_s: float, cpus: int) -> dict[str, float]:  # fmt: skip
-    """The detector's verdicts (`polled`: the counters alone, as the lab samples them) against
-    the traced truth: the same periods cut at the period timer's traced expiries and weighed
+    """The detector's verdicts (`polled`: as the lab samples them, cgsample's counters and
+    thread steps) against the traced truth: the same periods cut at the period timer's traced expiries and weighed
     on the traced demand. Periods are matched by their boundaries' sampled intervals (both
     analyses cut at the same edges of nr_periods, so the lists align). A buffer that dropped
     events has no truth: an error, not a metric."""
@@ -205,15 +205,15 @@ def truth_metrics(polled: periods.Analysis, samples: list[periods.Sample], trace
     expiries = trace.timer_of(periods.boundary_intervals(samples))
     traced = periods.analyze(samples, limit, interval_s, cpus, boundaries=expiries,
                              demand=lambda a, b: trace.demand_us(a, b, cpus))  # fmt: skip
-    # weighed as Analysis.below counts them: by the throttled periods a window holds
-    pairs = [(p.verdict, t.verdict, p.throttled) for p, t in zip(polled.periods, traced.periods, strict=True)]
-    truly = sum(n for _, t, n in pairs if t == "below")
-    called = sum(n for p, _, n in pairs if p == "below")
-    both = sum(n for p, t, n in pairs if p == t == "below")
+    # weighed as Analysis.below counts them: by the throttled periods a window holds; `near`:
     # disagreements whose traced demand lies within periods.NEAR of the quota of the line,
     # where the estimate's error of a few percent decides (docs/live.md)
-    near = sum(p.throttled for p, t in zip(polled.periods, traced.periods, strict=True)
-               if p.verdict != t.verdict and t.near_line)  # fmt: skip
+    truly = called = both = near = 0
+    for p, t in zip(polled.periods, traced.periods, strict=True):
+        truly += p.throttled * (t.verdict == "below")
+        called += p.throttled * (p.verdict == "below")
+        both += p.throttled * (p.verdict == t.verdict == "below")
+        near += p.throttled * (p.verdict != t.verdict and t.near_line)
     out = {"traced_below": float(truly), "below_both": float(both), "traced_timer_hits": float(len(expiries)),
            "disagree_near_line": float(near)}  # fmt: skip
     if truly:
