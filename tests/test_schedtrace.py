@@ -144,6 +144,46 @@ def test_the_plan_traces_the_workload_in_an_instance_of_its_own() -> None:
     subprocess.run(["sh", "-n"], input=text, text=True, check=True)
 
 
+def test_a_guests_plan_never_turns_an_event_on_or_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    """In a guest the events are on from boot (the kernel's command line, before SMP): turning
+    one on or off patches the running kernel's text, and a TCG guest that did it per repetition
+    died of a stale breakpoint ("Oops: int3", 3 of 4 boots toggling them 300 times beside
+    scheduling loops here). The plan uses the top-level buffer: it checks the events are on,
+    stops it, sets it up, empties it and starts it around each repetition, and never writes an
+    event's enable file nor makes an instance. The QEMU command line turns them on only for
+    scenarios that trace. Run on a fake tracefs, the start reports an event that is off."""
+    from bwlab.targets import qemu
+
+    traced = traced_spec()
+    text = plan.render_plan([traced, traced], boot_events=True)
+    tr = str(schedtrace.TRACEFS)
+    assert "/enable" not in text.replace("$e/enable", "") and "instances/bwlab" not in text
+    assert text.count(f"echo > {tr}/trace; echo 1 > {tr}/tracing_on") == 2
+    assert text.index(f"echo 0 > {tr}/tracing_on") < text.index("BWLAB-BEGIN 0 0")
+    assert f"echo bwlab-end > {tr}/trace_marker" in text and f'echo "bwlab-root $$" > {tr}/trace_marker' in text
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+    assert plan.BOOT_EVENTS_PARAM == ("trace_event=sched:sched_switch,sched:sched_waking,"
+                                      "sched:sched_process_fork,timer:hrtimer_expire_entry")  # fmt: skip
+    assert qemu.boot_events([traced]) and not qemu.boot_events([spec(quota=20000)])
+    image = qemu.KernelImage(key="k", bzimage=tmp_path / "bzImage", version="7.3.4", release="7.3.4-k", origin="",
+                             series_digest="", patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+    cmd = qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c", tmp_path / "r", traced=True)
+    assert cmd[cmd.index("-append") + 1].endswith(" " + plan.BOOT_EVENTS_PARAM)
+    assert plan.BOOT_EVENTS_PARAM not in " ".join(qemu.qemu_command(image, tmp_path / "i", 2, tmp_path / "c",
+                                                                     tmp_path / "r"))  # fmt: skip
+    fake = tmp_path / "tracing"
+    for event in schedtrace.FTRACE_EVENTS:
+        (fake / "events" / event).mkdir(parents=True)
+        (fake / "events" / event / "enable").write_text("0" if "fork" in event else "1")
+    (fake / "instances").mkdir()
+    start = "\n".join(plan.trace_start(str(fake), str(tmp_path / "mounted"), boot_events=True))
+    run = subprocess.run(["sh", "-c", f"exec 3>&1; {start}"], capture_output=True, text=True, check=False)
+    errors = [ln for ln in run.stdout.splitlines() if ln.startswith("BWLAB-ERROR")]
+    assert errors == ["BWLAB-ERROR trace side: event sched/sched_process_fork not on since boot "
+                      "(a kernel without tracing?)"]  # fmt: skip
+    assert (fake / "tracing_on").read_text() == "1\n" and (fake / "trace_clock").read_text() == "mono\n"
+
+
 def test_a_trace_side_needs_a_sample_side(tmp_path) -> None:  # type: ignore[no-untyped-def]
     from bwlab import scenario
 

@@ -111,14 +111,17 @@ def group_shell(layout: Layout, name: str, spec: RunSpec) -> GroupShell:
 
 def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout: Layout | None = None,
                 bin_dir: str = "/bin", tmp_dir: str = "/tmp", prefix: str = "bwlab-",
-                restore: bool = False) -> str:  # fmt: skip
+                restore: bool = False, boot_events: bool = False) -> str:  # fmt: skip
     """The scenario as straight-line POSIX shell writing records to fd 3.
 
     `features` are written to sched/features first (a bandwidth policy, see kernel/policies.py).
     Groups PREFIX<case>-<rep> are made in `layout` (default: cgroup v2 at /sys/fs/cgroup, a
     guest's); programs are run from `bin_dir`, scratch files go to `tmp_dir`. `restore`: what
     the plan changes besides its groups (sched features, sysctls) it first saves as commands
-    in `tmp_dir`/restore.sh, for whoever cleans up after a plan cut short (a guest reboots)."""
+    in `tmp_dir`/restore.sh, for whoever cleans up after a plan cut short (a guest reboots).
+    `boot_events`: the trace side action's events were turned on by the kernel's command line
+    (BOOT_EVENTS_PARAM, a guest's), and the plan uses the top-level buffer instead of an
+    instance of its own, never turning an event on or off (see trace_start)."""
     q = shlex.quote
     layout = layout or Layout()
     t = tmp_dir
@@ -129,6 +132,9 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     for feat in features or []:
         lines.append(f"echo {feat} > {SCHED_FEATURES} || echo 'BWLAB-ERROR sched_feature {feat} not accepted' >&3")
     lines.append(f'echo "BWLAB-FEATURES $(cat {SCHED_FEATURES} 2>/dev/null)" >&3')
+    if boot_events:  # the events write nothing until a traced repetition starts
+        tr = schedtrace.TRACEFS
+        lines.append(f"[ -d {tr}/instances ] || mount -t tracefs nodev {tr}; echo 0 > {tr}/tracing_on")
     noise_s = noise_seconds(specs)
     # the machine as the simulator should see it, in this boot, before and after the cases
     # (see runner.machine_noise)
@@ -150,9 +156,9 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
             lines.append(f"# case {spec.case} rep {rep}")
             lines += grp.make
             traced = [si for si, side in enumerate(spec.sides) if side.kind == "trace"]
-            instance = f"{schedtrace.TRACEFS}/instances/{name}"
+            instance = str(schedtrace.TRACEFS) if boot_events else f"{schedtrace.TRACEFS}/instances/{name}"
             if traced:
-                lines += trace_start(instance, f"{t}/tracefs", f"{t}/restore.sh" if restore else None)
+                lines += trace_start(instance, f"{t}/tracefs", f"{t}/restore.sh" if restore else None, boot_events)
             for si, side in enumerate(spec.sides):
                 if side.kind == "trace":
                     continue
@@ -175,7 +181,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
                 f"sh -c '{join} && exec \"$@\"' sh {argv} > {t}/out 2> {t}/err",
                 "RC=$?",
-                *(trace_stop(instance, f"{t}/side{traced[0]}", f"{t}/tracefs") if traced else []),
+                *(trace_stop(instance, f"{t}/side{traced[0]}", f"{t}/tracefs", boot_events) if traced else []),
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
                 f"echo 'BWLAB-SECTION stat_after' >&3; {grp.stat} >&3",
                 *(
@@ -207,21 +213,43 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     return "\n".join(lines) + "\n"
 
 
-def trace_start(instance: str, mounted: str, restore: str | None = None) -> list[str]:
+# The kernel command line that turns the trace side action's events on at boot, in the top-level
+# buffer, before the other CPUs are started. Turning an event on or off patches the kernel's
+# text while it runs (the tracepoint's static key and static call: a breakpoint first, then the
+# new bytes), and a 2-vCPU TCG guest died of it once in CI, at the start of a repetition:
+# "Oops: int3" (2026-11-25, QEMU 7.2). Patched before SMP, the text is never touched again.
+BOOT_EVENTS_PARAM = "trace_event=" + ",".join(e.replace("/", ":") for e in schedtrace.FTRACE_EVENTS)
+
+
+def trace_start(instance: str, mounted: str, restore: str | None = None, boot_events: bool = False) -> list[str]:
     """The trace side action's start, before the workload: a tracefs instance of its own (tracefs
     mounted first if it is not, and `mounted` made to say so), the mono clock (cgsample's), a
     buffer of FTRACE_BUFFER_KB a CPU, the period timer's expiries only (filtered by the
     function's address where /proc/kallsyms shows it; the parser keeps only its by name
     anyway), and FTRACE_EVENTS on. What fails is a BWLAB-ERROR record and no trace. With
     `restore` (a machine that outlives the plan), what trace_stop undoes is also appended
-    there first, for a plan cut short."""
+    there first, for a plan cut short. With `boot_events` (BOOT_EVENTS_PARAM), `instance` is
+    the top-level buffer, whose events must already be on: it is stopped, set up and emptied
+    (what the events wrote since boot, or in the last repetition, goes) and started again."""
     tr = str(schedtrace.TRACEFS)
-    enable = "; ".join(f"echo 1 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
-    undo = [] if restore is None else [f"echo {shlex.quote(trace_undo(instance, mounted))} >> {restore}"]
+    undo = [] if restore is None else [f"echo {shlex.quote(trace_undo(instance, mounted, boot_events))} >> {restore}"]
+    if boot_events:
+        events = " ".join(schedtrace.FTRACE_EVENTS)
+        own = [
+            f"for e in {events}; do grep -qx 1 {instance}/events/$e/enable || "
+            'echo "BWLAB-ERROR trace side: event $e not on since boot (a kernel without tracing?)" >&3; done',
+            f"echo 0 > {instance}/tracing_on",
+        ]
+        enable = f"echo > {instance}/trace"
+    else:
+        own = [
+            f"mkdir {instance} || echo 'BWLAB-ERROR trace side: no tracefs instance (a kernel without tracing?)' >&3"
+        ]
+        enable = "; ".join(f"echo 1 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
     return [
         *undo,
         f"rm -f {mounted}; [ -d {tr}/instances ] || {{ mount -t tracefs nodev {tr} && touch {mounted}; }}",
-        f"mkdir {instance} || echo 'BWLAB-ERROR trace side: no tracefs instance (a kernel without tracing?)' >&3",
+        *own,
         f"echo mono > {instance}/trace_clock; echo {schedtrace.FTRACE_BUFFER_KB} > {instance}/buffer_size_kb",
         "A=$(grep ' sched_cfs_period_timer$' /proc/kallsyms | cut -d' ' -f1)",
         f'case "$A" in ""|*[!0]*) [ -n "$A" ] && echo "function == 0x$A" > '
@@ -230,7 +258,7 @@ def trace_start(instance: str, mounted: str, restore: str | None = None) -> list
     ]
 
 
-def trace_stop(instance: str, out: str, mounted: str) -> list[str]:
+def trace_stop(instance: str, out: str, mounted: str, boot_events: bool = False) -> list[str]:
     """The trace side action's end, after the workload: the end marker, tracing off, the
     output (a header with the events the buffer dropped, then the trace, gzip'd in base64
     where the machine has both) written to `out`,
@@ -243,25 +271,32 @@ def trace_stop(instance: str, out: str, mounted: str) -> list[str]:
         f"if command -v gzip > /dev/null && command -v base64 > /dev/null; then "
         f'{{ echo "{schedtrace.FTRACE_HEADER} $L gzip"; gzip -1 < {instance}/trace | base64; }} > {out} 2>&1; '
         f'else {{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1; fi',
-        trace_undo(instance, mounted),
+        trace_undo(instance, mounted, boot_events),
     ]
 
 
-def trace_undo(instance: str, mounted: str) -> str:
+def trace_undo(instance: str, mounted: str, boot_events: bool = False) -> str:
     """Events off, the instance removed (rmdir refuses while an event is on), tracefs unmounted
-    if the plan mounted it; nothing if it is gone already."""
+    if the plan mounted it; nothing if it is gone already. With `boot_events` the events stay
+    on (turning them off would patch the text) and the top-level buffer stays."""
     tr = str(schedtrace.TRACEFS)
+    unmount = f"if [ -e {mounted} ]; then umount {tr}; rm -f {mounted}; fi"
+    if boot_events:
+        return unmount
     disable = "; ".join(f"echo 0 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)
-    return (f"if [ -d {instance} ]; then {disable}; rmdir {instance}; fi; "
-            f"if [ -e {mounted} ]; then umount {tr}; rm -f {mounted}; fi")  # fmt: skip
+    return f"if [ -d {instance} ]; then {disable}; rmdir {instance}; fi; {unmount}"
 
 
-def render_plans(spec_lists: list[list[RunSpec]], features: list[str] | None = None) -> str:
+def render_plans(spec_lists: list[list[RunSpec]], features: list[str] | None = None,
+                 boot_events: bool = False) -> str:  # fmt: skip
     """Several scenarios' plans one after the other, in one boot: the policy's features are
     written once, first; each part begins with a BWLAB-SCENARIO record."""
     parts = []
     for k, specs in enumerate(spec_lists):
-        parts.append(f"echo 'BWLAB-SCENARIO {k}' >&3\n" + render_plan(specs, features if k == 0 else None))
+        parts.append(
+            f"echo 'BWLAB-SCENARIO {k}' >&3\n"
+            + render_plan(specs, features if k == 0 else None, boot_events=boot_events)
+        )
     return "".join(parts)
 
 

@@ -137,7 +137,8 @@ def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list
         _copy_with_libs(path, root, f"/bin/{name}")
     (root / "init").write_text(INIT)
     (root / "init").chmod(0o755)
-    (root / "plan.sh").write_text(plan_text if plan_text is not None else plan.render_plan(specs, features))
+    text = plan_text if plan_text is not None else plan.render_plan(specs, features, boot_events=boot_events(specs))
+    (root / "plan.sh").write_text(text)
     with dest.open("wb") as out:
         find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
         proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout,
@@ -206,12 +207,20 @@ def timer_priority_plan() -> tuple[bool, str]:
 ACCELS = ("auto", "kvm", "tcg")
 
 
+def boot_events(specs: list[RunSpec]) -> bool:
+    """Whether a boot running `specs` turns the trace side action's events on at boot
+    (plan.BOOT_EVENTS_PARAM): whether any of them traces."""
+    return any(side.kind == "trace" for spec in specs for side in spec.sides)
+
+
 def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, results: Path,
-                 memory: str = "1G", tsc_reliable: bool = False, accel: str = "tcg") -> list[str]:  # fmt: skip
+                 memory: str = "1G", tsc_reliable: bool = False, accel: str = "tcg",
+                 traced: bool = False) -> list[str]:  # fmt: skip
     """The QEMU command line. `accel`: "tcg" (emulation, multi-threaded) or "kvm" (the host's
     CPU). tsc_reliable goes with punctual TCG timers (see prioritize_timers()): with late timers
     a stable sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a
-    tick), and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0."""
+    tick), and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0.
+    `traced`: the trace side action's events on from boot (plan.BOOT_EVENTS_PARAM)."""
     machine = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     return [
         QEMU, *machine, "-smp", str(vcpus), "-m", memory,
@@ -221,7 +230,8 @@ def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, re
         # the emulated HPET, finds a 0.1 % skew and falls back to HPET: every clock read is
         # then an emulated device access, and sched_clock is marked unstable (clamped to the
         # tick), which real hardware's is not
-        "-append", "console=ttyS0 panic=-1 loglevel=7" + (" tsc=reliable" if tsc_reliable else ""),
+        "-append", "console=ttyS0 panic=-1 loglevel=7" + (" tsc=reliable" if tsc_reliable else "")
+        + (f" {plan.BOOT_EVENTS_PARAM}" if traced else ""),
         "-serial", f"file:{console}", "-serial", f"file:{results}",
     ]  # fmt: skip
 
@@ -242,7 +252,8 @@ def _prepare(image: KernelImage, specs: list[RunSpec], vcpus: int, tmp: Path, co
         initrd = Path(shutil.copy2(initrd, keep / f"{label}.initramfs.cpio"))
         shutil.copy2(tmp / "root" / "plan.sh", keep / f"{label}.plan.sh")
     tsc_reliable = fifo and accel == "tcg"
-    cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=tsc_reliable, accel=accel)
+    cmd = qemu_command(image, initrd, vcpus, console, records, tsc_reliable=tsc_reliable, accel=accel,
+                       traced=boot_events(specs))  # fmt: skip
     return cmd, fifo, timer_thread
 
 
@@ -452,7 +463,7 @@ class QemuTarget:
             label += "-kvm"
         keep = out_dir / "boot" if self.keep else None
         name = scs[0].name if len(scs) == 1 else f"{scs[0].name}-and-{len(scs) - 1}-more"
-        text = None if len(scs) == 1 else plan.render_plans(spec_lists, self._features())
+        text = None if len(scs) == 1 else plan.render_plans(spec_lists, self._features(), boot_events(all_specs))
         what = scs[0].name if len(scs) == 1 else ", ".join(sc.name for sc in scs)
         with console.status(f"{what} in {label} ({vcpus} vCPUs, {accel.name}, kernel {image.key}, "
                             f"limit {limit:.0f} s)"):  # fmt: skip
