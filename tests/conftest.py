@@ -102,7 +102,9 @@ def assert_agrees_with_truth(m: dict[str, float], case: str, wrong_share: float 
                              wrong_min: int = 2) -> tuple[int, int, int]:  # fmt: skip
     """One repetition of the detector against the trace side action's truth (its metrics):
     the group's period timer found at nearly every sampled boundary; periods of over-use
-    called so (>= 95 %); and, as doctor's eBPF test asks (tests/test_ebpf_real.py), at most one
+    called so (>= 95 %, one allowed wrong however few: a guest repetition at 100 ms has 10-20
+    throttled periods, and CI once saw 1 of 13 called below, where 95 % allows none); and, as
+    doctor's eBPF test asks (tests/test_ebpf_real.py), at most one
     call of *below* in ten wrong (`wrong_share`; two allowed however few: `wrong_min`) and at
     least half of the truly below-quota periods found where there are five or more. Returns
     (truly below, called below, both) to pool."""
@@ -111,8 +113,7 @@ def assert_agrees_with_truth(m: dict[str, float], case: str, wrong_share: float 
     called = round((m.get("below_quota_share") or 0) * throttled)
     summary = f"{case}: throttled {throttled}, truly below {truly}, called {called}, both {both}"
     assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], summary
-    over_used = throttled - truly
-    assert over_used < 10 or (over_used - (called - both)) / over_used >= 0.95, summary
+    assert called - both <= max(1.0, 0.05 * (throttled - truly)), summary
     assert called - both <= max(wrong_min, wrong_share * called), summary
     assert truly < 5 or both >= 0.5 * truly, summary
     return truly, called, both
