@@ -331,6 +331,26 @@ def test_threads_taken_off_a_throttled_runqueue_still_want_it(monkeypatch: pytes
     assert rec.wanted_cpus(0.006, 0.007) == pytest.approx(2.0)
 
 
+def test_a_thread_read_late_is_counted_as_it_stood_at_its_steps_time() -> None:
+    """Steps at 0, 10 and 20 ms, one CPU. Thread 1 is read on time; thread 2, on the CPU or
+    waiting for it throughout, is read 6 ms late at the second step (16 ms: 16 ms run and
+    wait) and on time at the third: at 10 ms it had wanted 10 ms (between its reads at 0
+    and 16 ms), and 10 ms more by 20 ms. Read as at the step's time, its second step would
+    have wanted 16 ms of 10 (capped: 1.0) and its third 4 ms (0.4)."""
+    ms = 1_000_000
+    rec = ThreadRecorder([1, 2], ncpu=1)
+    rec.step(0.0, 0.0, {1: (0, 0, 0.0), 2: (0, 0, 0.0)})
+    rec.step(0.010, 0.0, {1: (4 * ms, ms, 0.010), 2: (8 * ms, 8 * ms, 0.016)})
+    rec.step(0.020, 0.0, {1: (5 * ms, ms, 0.020), 2: (10 * ms, 10 * ms, 0.020)})
+    assert [(r, w) for _, _, r, w in rec.spent[2]] == [(5000.0, 5000.0), (5000.0, 5000.0)]
+    assert [(r, w) for _, _, r, w in rec.spent[1]] == [(4000.0, 1000.0), (1000.0, 0.0)]
+    # a thread first read late (it appeared in the list then) is taken as read
+    rec.follow([3])
+    rec.step(0.030, 0.0, {1: (5 * ms, ms, 0.030), 2: (10 * ms, 10 * ms, 0.030), 3: (7 * ms, 0, 0.033)})
+    rec.step(0.040, 0.0, {1: (5 * ms, ms, 0.040), 2: (10 * ms, 10 * ms, 0.040), 3: (9 * ms, 0, 0.040)})
+    assert [(r, w) for _, _, r, w in rec.spent[3]][-1] == (2000.0, 0.0)
+
+
 def test_throttled_time_counted_after_a_boundary_is_reached_back_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two threads on two CPUs run 5 ms, then 2 ms each before the boundary at 10 ms, off their
     runqueues (throttled) for the last 3 ms; a remote runqueue's throttled time (6 ms on both)

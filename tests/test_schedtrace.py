@@ -237,7 +237,7 @@ def with_steps(sampled: str, tids: int, share: float) -> str:
             continue
         done = round(k * 1_000_000 * share)  # ns each thread has wanted so far
         steps.append(" ".join(["s", str(t_ns), str(throttled_ns)]
-                              + [f"{200 + i} {done // 2} {done - done // 2}" for i in range(tids)]))  # fmt: skip
+                              + [f"{200 + i} {done // 2} {done - done // 2} 0" for i in range(tids)]))  # fmt: skip
     return "\n".join(lines + steps) + "\n"
 
 
@@ -250,10 +250,13 @@ def test_cgsamples_thread_steps_are_doctors_estimate() -> None:
     assert base.sampled_metrics(sampled, spec(quota=10000))["below_quota_share"] >= 0.9  # all but the first
     interval_s, samples, steps = base.parse_sampler(with_steps(sampled, 2, 1.0))
     assert interval_s == 0.001 and len(samples) == 201 and len(steps) == 20
-    assert steps[1][0] == 0.011 and steps[1][2] == {200: (5_500_000, 5_500_000), 201: (5_500_000, 5_500_000)}
+    assert steps[1][0] == 0.011 and steps[1][2] == {
+        200: (5_500_000, 5_500_000, 0.011),
+        201: (5_500_000, 5_500_000, 0.011),
+    }
     assert base.sampled_metrics(with_steps(sampled, 2, 1.0), spec(quota=10000))["below_quota_share"] == 0.0
     assert base.sampled_metrics(with_steps(sampled, 1, 0.5), spec(quota=10000))["below_quota_share"] >= 0.9
-    for bad in ("s 1 2 3", "s 1", "s 1 2 3 4 x"):
+    for bad in ("s 1 2 3", "s 1", "s 1 2 3 4 5", "s 1 2 3 4 5 x"):
         with pytest.raises(BwlabError, match="step on line 3 is not 's T THROTTLED"):
             base.parse_sampler(f"cgsample 1000\n1 2 3 4 5 6\n{bad}\n")
 

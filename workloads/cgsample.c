@@ -15,8 +15,12 @@
  * doctor does (bwlab/threads.py's Stepper): at the first sample, at the first sample
  * after a period boundary (nr_periods moved) and every STEP_US, it reads each thread's
  * /proc/TID/schedstat (ns on a CPU, ns waiting for one; kept open, pread), the thread list
- * read again at every step until a second after its first thread, then every second. Each step is a line after the samples,
- * `s T_NS THROTTLED_NS TID RUN_NS WAIT_NS TID RUN_NS WAIT_NS ...` (T_NS: its sample's).
+ * read again at every step until a second after its first thread, then every second. Each step is
+ * a line after the samples, `s T_NS THROTTLED_NS TID RUN_NS WAIT_NS LATE_NS ...` (T_NS: its
+ * sample's; LATE_NS: how long after T_NS that thread was read). Why each read is timed: the
+ * sampler is preempted among the group's threads on their CPU, and a TCG guest's step of 17
+ * threads took 6.3 ms of wall time; read as at T_NS, a thread that ran until 4.5 ms after it
+ * showed nothing wanted in the step after, and its period was called below quota.
  *
  * It runs with EEVDF's shortest slice where the kernel has custom slices (6.12 and later).
  *
@@ -46,16 +50,16 @@ struct sample {
 
 /* One thread's reading at a step; a step is a run of them after its header. */
 struct reading {
-	int64_t tid, run_ns, wait_ns;
+	int64_t tid, run_ns, wait_ns, late_ns;
 };
 
 struct steps {
-	struct reading *r; /* per step: a header {-1, t_ns, throttled_ns}, then its threads */
+	struct reading *r; /* per step: a header {-1, t_ns, throttled_ns, 0}, then its threads */
 	long n, cap;
 	int tids[MAX_THREADS], fds[MAX_THREADS], nthreads;
 };
 
-static int push(struct steps *st, int64_t a, int64_t b, int64_t c)
+static int push(struct steps *st, int64_t a, int64_t b, int64_t c, int64_t d)
 {
 	if (st->n == st->cap) {
 		long cap = st->cap ? 2 * st->cap : 65536;
@@ -66,7 +70,7 @@ static int push(struct steps *st, int64_t a, int64_t b, int64_t c)
 		st->r = r;
 		st->cap = cap;
 	}
-	st->r[st->n++] = (struct reading){ a, b, c };
+	st->r[st->n++] = (struct reading){ a, b, c, d };
 	return 0;
 }
 
@@ -105,11 +109,12 @@ static void follow(struct steps *st, const char *list)
 /* One step: every live thread's run and wait; a thread whose file fails has exited. */
 static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns)
 {
-	if (push(st, -1, t_ns, throttled_ns))
+	if (push(st, -1, t_ns, throttled_ns, 0))
 		return -1;
 	for (int i = 0; i < st->nthreads; i++) {
 		char buf[128];
 		long long run, wait;
+		struct timespec now;
 
 		if (st->fds[i] < 0)
 			continue;
@@ -118,7 +123,8 @@ static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns)
 			st->fds[i] = -1;
 			continue;
 		}
-		if (push(st, st->tids[i], run, wait))
+		clock_gettime(CLOCK_MONOTONIC, &now);
+		if (push(st, st->tids[i], run, wait, (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - t_ns))
 			return -1;
 	}
 	return 0;
@@ -259,7 +265,8 @@ int main(int argc, char **argv)
 		if (r->tid < 0)
 			printf("%ss %lld %lld", i ? "\n" : "", (long long)r->run_ns, (long long)r->wait_ns);
 		else
-			printf(" %lld %lld %lld", (long long)r->tid, (long long)r->run_ns, (long long)r->wait_ns);
+			printf(" %lld %lld %lld %lld", (long long)r->tid, (long long)r->run_ns, (long long)r->wait_ns,
+			       (long long)r->late_ns);
 	}
 	if (st.n)
 		printf("\n");

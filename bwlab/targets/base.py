@@ -121,8 +121,9 @@ def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], li
 SAMPLER_HEADER = "cgsample "
 
 
-# one of cgsample's thread steps: (monotonic s, the group's throttled us, {tid: (run ns, wait ns)})
-Step = tuple[float, float, dict[int, tuple[int, int]]]
+# one of cgsample's thread steps: (monotonic s, the group's throttled us, {tid: (run ns, wait ns,
+# monotonic s when read)})
+Step = tuple[float, float, dict[int, tuple[int, int, float]]]
 
 
 def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
@@ -138,12 +139,13 @@ def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
         fields = line.split()
         if fields and fields[0] == "s":
             values = fields[1:]
-            if len(values) < 2 or len(values) % 3 != 2 or not all(v.isdigit() for v in values):
-                raise BwlabError(f"the sample side action's step on line {n} is not 's T THROTTLED (TID RUN WAIT)...':"
-                                 f" {line[:80]!r}")  # fmt: skip
+            if len(values) < 2 or len(values) % 4 != 2 or not all(v.isdigit() for v in values):
+                raise BwlabError(f"the sample side action's step on line {n} is not 's T THROTTLED"
+                                 f" (TID RUN WAIT LATE)...': {line[:80]!r}")  # fmt: skip
             nums = [int(v) for v in values]
-            readings = {nums[i]: (nums[i + 1], nums[i + 2]) for i in range(2, len(nums), 3)}
-            steps.append((nums[0] / 1e9, nums[1] / 1000, readings))
+            t = nums[0] / 1e9
+            readings = {nums[i]: (nums[i + 1], nums[i + 2], t + nums[i + 3] / 1e9) for i in range(2, len(nums), 4)}
+            steps.append((t, nums[1] / 1000, readings))
             continue
         if len(fields) != 6 or not all(f.lstrip("-").isdigit() for f in fields):
             raise BwlabError(f"the sample side action's line {n} is not 6 numbers: {line[:80]!r}")
