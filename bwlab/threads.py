@@ -74,10 +74,15 @@ class ThreadRecorder:
     throttled: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, us) counted per step
     fds: dict[int, int] = field(default_factory=dict)  # tid -> its schedstat, kept open; close()
     read: dict[int, tuple[float, int, int]] = field(default_factory=dict)  # tid -> its last read: (when, run, wait)
+    born: dict[int, float] = field(default_factory=dict)  # tid -> born after this (follow()), until first read
     interval_steps: int = 0  # steps since the intervals were last cleared (forget_before)
     ran_us: list[float] = field(default_factory=list)  # per step: what the threads ran, together
     active: list[int] = field(default_factory=list)  # per step: threads that ran or waited
     boundaries: list[float] = field(default_factory=list)  # period boundaries seen (Stepper), in order
+    # per step: the threads' wanted CPUs before the cap at every CPU (what a run delay spread back adds to)
+    wanted_sum: list[float] = field(default_factory=list)
+    spread: dict[int, dict[int, float]] = field(default_factory=dict)  # tid -> {step number: us spread back}
+    step_count: int = 0  # steps ever recorded: the number of the next one
     _wanting: list[tuple[float, float, float]] = field(default_factory=list)  # wanting(), cached
     _wanting_key: tuple[int, int, float] | None = None
     _wanting_ends: list[float] = field(default_factory=list)
@@ -87,11 +92,16 @@ class ThreadRecorder:
             os.close(fd)
         self.fds.clear()
 
-    def follow(self, tids: list[int]) -> None:
+    def follow(self, tids: list[int], since: float | None = None) -> None:
         """Watch these threads too (the group's list read again: pools grow, runtimes start
-        threads as they need them). A new thread's first step only reads it (_pad)."""
+        threads as they need them). A new thread's first step only reads it (_pad), unless it
+        was born after `since` (the list's read before this one): then what its counters hold
+        was all wanted since then (step())."""
         known = set(self.tids)
-        self.tids += [tid for tid in tids if tid not in known]
+        new = [tid for tid in tids if tid not in known]
+        self.tids += new
+        if since is not None:
+            self.born.update(dict.fromkeys(new, since))
 
     def _pad(self, tid: int) -> None:
         """Give `tid` the steps it has no interval for as asleep (it exited, or was not read
@@ -118,6 +128,18 @@ class ThreadRecorder:
             dt_us = (t - self.last_t) * 1e6
             ran = {tid: (run - self.last[tid][0], wait - self.last[tid][1]) for tid, (run, wait) in at_t.items()
                    if tid in self.last}  # fmt: skip
+            # a thread born since the list's last read: its counters are what it wanted since
+            # (wakelat's 16 workers, started between two reads of the list as a step of a 10 ms
+            # period began, wanted 1.8 quotas that the steps saw none of, and the first three
+            # periods of a run were called below quota). Not one that moved in from elsewhere:
+            # a thread cannot have run and waited longer than it has lived.
+            for tid, (run, wait, at) in now.items():
+                if (
+                    tid not in self.last
+                    and (born := self.born.get(tid)) is not None
+                    and (run + wait) / 1e9 <= at - born
+                ):
+                    ran[tid] = at_t[tid]
             # the throttled time goes to the threads that ran, by what they ran; in a step where
             # none ran (all throttled) to those that ran in the last step that had any
             weights = {tid: float(r) for tid, (r, _) in ran.items()}
@@ -129,6 +151,7 @@ class ThreadRecorder:
             stopped = max(0.0, throttled_us - self.last_throttled_us)
             active = sum(1 for r, w in ran.values() if r or w)
             wanted = 0.0
+            late: dict[int, float] = {}  # tid -> run delay beyond the step, us
             for tid in ran:
                 self._pad(tid)
             for tid, (run, wait) in ran.items():
@@ -154,8 +177,14 @@ class ThreadRecorder:
                 # wanted a CPU; adding their share of the throttled time, as the CPU need does,
                 # made it 1.5 x at a 10 ms period and called half the periods below quota over-use)
                 wanted += min(dt_us, (run + wait) / 1000) / dt_us
+                if (run + wait) / 1000 > dt_us:
+                    late[tid] = (run + wait) / 1000 - dt_us
             # threads beyond the CPUs wait for each other: the group wants at most every CPU
             self.steps.append((self.last_t, t, min(wanted, float(self.ncpu))))
+            self.wanted_sum.append(wanted)
+            self.step_count += 1
+            for tid, us in late.items():
+                self._spread_back(tid, us, self.born.get(tid))
             self.ran_us.append(sum(run for run, _ in ran.values()) / 1000)
             self.active.append(active)
             self.interval_steps += 1
@@ -164,6 +193,8 @@ class ThreadRecorder:
             for tid in (self.intervals.keys() | at_t.keys()) - ran.keys():  # `ran`: padded above
                 self._pad(tid)
         self.last, self.last_t, self.last_throttled_us = at_t, t, throttled_us
+        for tid in at_t:
+            self.born.pop(tid, None)
 
     def _at(self, t: float, now: dict[int, tuple[int, int, float]]) -> dict[int, tuple[int, int]]:
         """Each thread's counters as they stood at time `t`: a thread read after `t` has them
@@ -183,11 +214,41 @@ class ThreadRecorder:
             out[tid] = (before[1] + round((run - before[1]) * f), before[2] + round((wait - before[2]) * f))
         return out
 
+    def _spread_back(self, tid: int, us: float, born: float | None = None) -> None:
+        """Give the steps before the last one the run delay `us` that thread `tid`'s last step
+        read beyond its length. A run delay is counted when the wait ends, as the thread gets a
+        CPU: a thread taken off a throttled runqueue (6.18 and 7.3 dequeue it on its way back to
+        user space) counts nothing while it is off, then all of it at once. So the wait is
+        given back, newest step first, to what each step had room for (its length less what
+        the thread already wanted in it), until a step where the thread had run or waited
+        before (where the wait began), one that ended before it was `born`, or `us` is spent."""
+        spent = self.spent[tid]
+        extra = self.spread.setdefault(tid, {})
+        for k in range(2, min(len(self.steps), len(spent)) + 1):
+            a, b, _ = self.steps[-k]
+            if born is not None and b <= born:
+                break
+            number = self.step_count - k
+            dt_us = (b - a) * 1e6
+            _, _, run, wait = spent[-k]
+            own = min(dt_us, run + wait) + extra.get(number, 0.0)
+            add = min(us, max(0.0, dt_us - own))
+            if add > 0 and dt_us > 0:
+                extra[number] = extra.get(number, 0.0) + add
+                self.wanted_sum[-k] += add / dt_us
+                self.steps[-k] = (a, b, min(self.wanted_sum[-k], float(self.ncpu)))
+                us -= add
+            if us <= 0 or run + wait > SLEPT_US:
+                break
+
     def forget_before(self, t: float) -> None:
         """Drop what was recorded before monotonic time `t` (a long-running watcher), and every
         interval."""
         kept = [i for i, s in enumerate(self.steps) if s[1] >= t]
         self.steps = [self.steps[i] for i in kept]
+        self.wanted_sum = [self.wanted_sum[i] for i in kept]
+        first = self.step_count - len(self.ran_us) + (kept[0] if kept else len(self.ran_us))
+        self.spread = {tid: {n: us for n, us in spread.items() if n >= first} for tid, spread in self.spread.items()}
         self.ran_us = [self.ran_us[i] for i in kept]
         self.active = [self.active[i] for i in kept]
         self.throttled = [s for s in self.throttled if s[1] >= t]
@@ -248,9 +309,10 @@ class ThreadRecorder:
         their run plus the group's throttled time in the step (at most a CPU per thread that
         ran or waited around it), at most every CPU. Two lower
         bounds: a thread queued on a throttled runqueue counts run delay, but one taken off it
-        (6.18 dequeues a throttled task when it returns to user space) counts nothing, while
-        the runqueue's throttled time goes on (wakelat's bursts at 100 ms: whole periods the
-        trace saw at 2 CPUs wanted came to 1.9 by run plus run delay). The throttled time is
+        (6.18 dequeues a throttled task when it returns to user space) counts nothing until it
+        runs again (then step() spreads it back: _spread_back), while the runqueue's throttled
+        time goes on (wakelat's bursts at 100 ms: whole periods the trace saw at 2 CPUs wanted
+        came to 1.9 by run plus run delay). The throttled time is
         counted at the unthrottle: it is spread back from there over its length on every CPU,
         from the period boundary it was counted after if one lies in its step or just before
         (an unthrottle by the period timer; a runqueue on another CPU is counted up to a tick
@@ -396,9 +458,9 @@ class Stepper:
         if self.last_follow is None:
             self.last_follow = t  # the recorder was made with the list
         elif t - self.last_follow >= self.follow_s - self.slack_s:
-            self.last_follow = t
+            since, self.last_follow = self.last_follow, t
             try:
-                self.recorder.follow(self.list_threads())
+                self.recorder.follow(self.list_threads(), since)
             except BwlabError:  # the group went away: its counters' reader says so
                 pass
         s = parse()

@@ -291,7 +291,7 @@ def test_stepper_steps_on_its_rhythm_and_at_each_boundary() -> None:
         def step(self, t: float, throttled_us: float) -> None:
             stepped.append(round(t * 1000))
 
-        def follow(self, tids: list[int]) -> None:
+        def follow(self, tids: list[int], since: float | None = None) -> None:
             listed.append(len(stepped))
 
     def list_threads() -> list[int]:
@@ -351,6 +351,29 @@ def test_a_thread_read_late_is_counted_as_it_stood_at_its_steps_time() -> None:
     assert [(r, w) for _, _, r, w in rec.spent[3]][-1] == (2000.0, 0.0)
 
 
+def test_a_thread_born_since_the_lists_last_read_is_counted_from_its_birth() -> None:
+    """One CPU, steps every 10 ms, the list read at each. Thread 2, first listed at 20 ms
+    (born after the read at 10 ms), has run 6 ms and waited 3 ms: that is what it wanted in
+    the step that found it. Thread 3, listed then too, has run 500 ms: more than it could
+    have since 10 ms, so it moved in from elsewhere, and its first read only reads it. The
+    initial thread 1 is read as usual."""
+    ms = 1_000_000
+    rec = ThreadRecorder([1], ncpu=1)
+    rec.step(0.0, 0.0, {1: (0, 0, 0.0)})
+    rec.step(0.010, 0.0, {1: (ms, 0, 0.010)})
+    rec.follow([1, 2, 3], since=0.010)
+    assert rec.born == {2: 0.010, 3: 0.010}
+    rec.step(0.020, 0.0, {1: (ms, 0, 0.020), 2: (6 * ms, 3 * ms, 0.020), 3: (500 * ms, 0, 0.020)})
+    assert [(r, w) for _, _, r, w in rec.spent[2]] == [(0.0, 0.0), (6000.0, 3000.0)]
+    assert [(r, w) for _, _, r, w in rec.spent[3]] == [(0.0, 0.0), (0.0, 0.0)]
+    assert [round(w, 2) for _, _, w in rec.steps] == [0.1, 0.9]
+    assert rec.born == {}  # read once: from now on as any other
+    # without `since` (the list read at the start), a new thread is only read
+    rec.follow([4])
+    rec.step(0.030, 0.0, {1: (ms, 0, 0.030), 2: (6 * ms, 3 * ms, 0.030), 4: (2 * ms, 0, 0.030)})
+    assert [(r, w) for _, _, r, w in rec.spent[4]][-1] == (0.0, 0.0)
+
+
 def test_throttled_time_counted_after_a_boundary_is_reached_back_from_it(monkeypatch: pytest.MonkeyPatch) -> None:
     """Two threads on two CPUs run 5 ms, then 2 ms each before the boundary at 10 ms, off their
     runqueues (throttled) for the last 3 ms; a remote runqueue's throttled time (6 ms on both)
@@ -369,6 +392,32 @@ def test_throttled_time_counted_after_a_boundary_is_reached_back_from_it(monkeyp
                 rec.boundaries.append(0.010)
             rec.step(t, throttled_us)
         assert [round(w, 2) for _, _, w in rec.wanting()] == expected, boundary
+
+
+def test_a_run_delay_counted_late_is_spread_back_over_the_wait(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Thread 1 (of one CPU) runs the first 4 ms of the first 10 ms step, is taken off its
+    throttled runqueue for 30 ms (no run delay meanwhile), and runs the last 6 ms of the fourth
+    step: its schedstat counts the 30 ms of delay there at once. The steps it waited through
+    wanted the CPU: 6 ms more of the first (it waited from 4 ms), all of the second and third
+    — not the fourth alone, capped at its length. Thread 2 sleeps throughout and gets none of
+    it; the step after is not touched."""
+    reads = [{1: (0, 0), 2: (0, 0)}, {1: (4_000_000, 0), 2: (0, 0)}, {1: (4_000_000, 0), 2: (0, 0)},
+             {1: (4_000_000, 0), 2: (0, 0)}, {1: (10_000_000, 30_000_000), 2: (0, 0)},
+             {1: (10_000_000, 30_000_000), 2: (0, 0)}]  # fmt: skip
+    at = {"i": 0}
+    monkeypatch.setattr(threads, "read_schedstat", lambda tid, fds=None: reads[at["i"]].get(tid))
+    rec = ThreadRecorder([1, 2], ncpu=1)
+    for i in range(len(reads)):
+        at["i"] = i
+        rec.step(i * 0.010, 0.0)
+    assert [round(w, 3) for _, _, w in rec.steps] == [1.0, 1.0, 1.0, 1.0, 0.0]
+    assert rec.wanted_us(0.0, 0.040) == pytest.approx(40000)
+    assert rec.spread == {1: pytest.approx({0: 6000.0, 1: 10000.0, 2: 10000.0})}
+    # what the replay is given is unchanged: the steps' own run and wait
+    assert [(r, w) for _, _, r, w in rec.spent[1]] == [(4000.0, 0.0), (0.0, 0.0), (0.0, 0.0), (6000.0, 30000.0),
+                                                        (0.0, 0.0)]  # fmt: skip
+    rec.forget_before(0.015)
+    assert rec.spread == {1: pytest.approx({1: 10000.0, 2: 10000.0})} and len(rec.wanted_sum) == len(rec.steps) == 4
 
 
 def test_phase_fit_needs_agreement() -> None:

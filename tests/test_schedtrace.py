@@ -236,7 +236,7 @@ def with_steps(sampled: str, tids: int, share: float) -> str:
         if t_ns % 10_000_000 != 1_000_000:
             continue
         done = round(k * 1_000_000 * share)  # ns each thread has wanted so far
-        steps.append(" ".join(["s", str(t_ns), str(throttled_ns)]
+        steps.append(" ".join(["s", str(t_ns), str(throttled_ns), str(t_ns)]
                               + [f"{200 + i} {done // 2} {done - done // 2} 0" for i in range(tids)]))  # fmt: skip
     return "\n".join(lines + steps) + "\n"
 
@@ -256,7 +256,7 @@ def test_cgsamples_thread_steps_are_doctors_estimate() -> None:
     }
     assert base.sampled_metrics(with_steps(sampled, 2, 1.0), spec(quota=10000))["below_quota_share"] == 0.0
     assert base.sampled_metrics(with_steps(sampled, 1, 0.5), spec(quota=10000))["below_quota_share"] >= 0.9
-    for bad in ("s 1 2 3", "s 1", "s 1 2 3 4 5", "s 1 2 3 4 5 x"):
+    for bad in ("s 1 2", "s 1", "s 1 2 3 4 5 6", "s 1 2 3 4 5 6 x"):
         with pytest.raises(BwlabError, match="step on line 3 is not 's T THROTTLED"):
             base.parse_sampler(f"cgsample 1000\n1 2 3 4 5 6\n{bad}\n")
 

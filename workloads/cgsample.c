@@ -16,8 +16,10 @@
  * after a period boundary (nr_periods moved) and every STEP_US, it reads each thread's
  * /proc/TID/schedstat (ns on a CPU, ns waiting for one; kept open, pread), the thread list
  * read again at every step until a second after its first thread, then every second. Each step is
- * a line after the samples, `s T_NS THROTTLED_NS TID RUN_NS WAIT_NS LATE_NS ...` (T_NS: its
- * sample's; LATE_NS: how long after T_NS that thread was read). Why each read is timed: the
+ * a line after the samples, `s T_NS THROTTLED_NS LISTED_NS TID RUN_NS WAIT_NS LATE_NS ...` (T_NS:
+ * its sample's; LISTED_NS: when the thread list was last read, at or before T_NS, so that a
+ * thread first seen there was born after the read before; LATE_NS: how long after T_NS that
+ * thread was read). Why each read is timed: the
  * sampler is preempted among the group's threads on their CPU, and a TCG guest's step of 17
  * threads took 6.3 ms of wall time; read as at T_NS, a thread that ran until 4.5 ms after it
  * showed nothing wanted in the step after, and its period was called below quota.
@@ -54,7 +56,7 @@ struct reading {
 };
 
 struct steps {
-	struct reading *r; /* per step: a header {-1, t_ns, throttled_ns, 0}, then its threads */
+	struct reading *r; /* per step: a header {-1, t_ns, throttled_ns, listed_ns}, then its threads */
 	long n, cap;
 	int tids[MAX_THREADS], fds[MAX_THREADS], nthreads;
 };
@@ -107,9 +109,9 @@ static void follow(struct steps *st, const char *list)
 }
 
 /* One step: every live thread's run and wait; a thread whose file fails has exited. */
-static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns)
+static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns, int64_t listed_ns)
 {
-	if (push(st, -1, t_ns, throttled_ns, 0))
+	if (push(st, -1, t_ns, throttled_ns, listed_ns))
 		return -1;
 	for (int i = 0; i < st->nthreads; i++) {
 		char buf[128];
@@ -239,7 +241,7 @@ int main(int argc, char **argv)
 					if (st.nthreads && first_seen < 0)
 						first_seen = s->t_ns;
 				}
-				if (step(&st, s->t_ns, s->throttled_ns)) {
+				if (step(&st, s->t_ns, s->throttled_ns, last_follow)) {
 					fprintf(stderr, "cgsample: out of memory for the threads' steps\n");
 					return 1;
 				}
@@ -263,7 +265,8 @@ int main(int argc, char **argv)
 		const struct reading *r = &st.r[i];
 
 		if (r->tid < 0)
-			printf("%ss %lld %lld", i ? "\n" : "", (long long)r->run_ns, (long long)r->wait_ns);
+			printf("%ss %lld %lld %lld", i ? "\n" : "", (long long)r->run_ns, (long long)r->wait_ns,
+			       (long long)r->late_ns);
 		else
 			printf(" %lld %lld %lld %lld", (long long)r->tid, (long long)r->run_ns, (long long)r->wait_ns,
 			       (long long)r->late_ns);

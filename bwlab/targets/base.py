@@ -122,8 +122,8 @@ SAMPLER_HEADER = "cgsample "
 
 
 # one of cgsample's thread steps: (monotonic s, the group's throttled us, {tid: (run ns, wait ns,
-# monotonic s when read)})
-Step = tuple[float, float, dict[int, tuple[int, int, float]]]
+# monotonic s when read)}, monotonic s when the thread list was last read)
+Step = tuple[float, float, dict[int, tuple[int, int, float]], float]
 
 
 def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
@@ -139,13 +139,13 @@ def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
         fields = line.split()
         if fields and fields[0] == "s":
             values = fields[1:]
-            if len(values) < 2 or len(values) % 4 != 2 or not all(v.isdigit() for v in values):
-                raise BwlabError(f"the sample side action's step on line {n} is not 's T THROTTLED"
+            if len(values) < 3 or len(values) % 4 != 3 or not all(v.isdigit() for v in values):
+                raise BwlabError(f"the sample side action's step on line {n} is not 's T THROTTLED LISTED"
                                  f" (TID RUN WAIT LATE)...': {line[:80]!r}")  # fmt: skip
             nums = [int(v) for v in values]
             t = nums[0] / 1e9
-            readings = {nums[i]: (nums[i + 1], nums[i + 2], t + nums[i + 3] / 1e9) for i in range(2, len(nums), 4)}
-            steps.append((t, nums[1] / 1000, readings))
+            readings = {nums[i]: (nums[i + 1], nums[i + 2], t + nums[i + 3] / 1e9) for i in range(3, len(nums), 4)}
+            steps.append((t, nums[1] / 1000, readings, nums[2] / 1e9))
             continue
         if len(fields) != 6 or not all(f.lstrip("-").isdigit() for f in fields):
             raise BwlabError(f"the sample side action's line {n} is not 6 numbers: {line[:80]!r}")
@@ -156,15 +156,20 @@ def parse_sampler(text: str) -> tuple[float, list[periods.Sample], list[Step]]:
 
 def recorded(steps: list[Step], samples: list[periods.Sample], cpus: int) -> threads.ThreadRecorder | None:
     """cgsample's thread steps in a recorder, as doctor's Stepper would have made them (its
-    boundaries: between the reads either side of each), from the first step that read a
-    thread (the sampler starts before the workload: the periods before it are weighed on the
-    counters alone); None without one."""
-    first = next((i for i, (_, _, readings) in enumerate(steps) if readings), None)
+    boundaries: between the reads either side of each), from the step before the first that
+    read a thread (the sampler starts before the workload: the periods before it are weighed
+    on the counters alone; a thread first seen at a step was born after the list's read
+    before it); None without one."""
+    first = next((i for i, (_, _, readings, _) in enumerate(steps) if readings), None)
     if first is None:
         return None
     recorder = threads.ThreadRecorder([], cpus)
-    for t, throttled_us, readings in steps[first:]:
+    listed = None
+    for t, throttled_us, readings, listed_at in steps[max(0, first - 1) :]:
+        if listed is not None:
+            recorder.follow(list(readings), listed)
         recorder.step(t, throttled_us, readings)
+        listed = listed_at
     recorder.boundaries = [(a + b) / 2 for a, b in periods.boundary_intervals(samples)]
     return recorder
 
