@@ -22,6 +22,9 @@ from bwlab.periods import SETTLE_S, Sample
 
 # a thread that was neither on a CPU nor waiting for one for all but this long of a step slept
 SLEPT_US = 100.0
+# a thread on a CPU or waiting for one this share of an interval between its reads wanted one
+# through it (and one that was, 1 - this, not at all): how a late read is split (_at)
+WANTED_THROUGH = 0.95
 
 
 # Per-thread demand is read at each boundary and every 10 ms between (once a period at periods
@@ -74,6 +77,7 @@ class ThreadRecorder:
     throttled: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, us) counted per step
     fds: dict[int, int] = field(default_factory=dict)  # tid -> its schedstat, kept open; close()
     read: dict[int, tuple[float, int, int]] = field(default_factory=dict)  # tid -> its last read: (when, run, wait)
+    read_full: dict[int, float] = field(default_factory=dict)  # tid -> share of its last read interval it wanted
     born: dict[int, float] = field(default_factory=dict)  # tid -> born after this (follow()), until first read
     interval_steps: int = 0  # steps since the intervals were last cleared (forget_before)
     ran_us: list[float] = field(default_factory=list)  # per step: what the threads ran, together
@@ -197,20 +201,35 @@ class ThreadRecorder:
             self.born.pop(tid, None)
 
     def _at(self, t: float, now: dict[int, tuple[int, int, float]]) -> dict[int, tuple[int, int]]:
-        """Each thread's counters as they stood at time `t`: a thread read after `t` has them
-        interpolated between its last read and this one (as read on its first read, or a read
-        at or before `t`). Why: a sampler preempted among the group's threads reads them late
+        """Each thread's counters as they stood at time `t`: a thread read after `t` has what
+        it gained since its last read split at `t` (as read on its first read, or a read at or
+        before `t`). Why: a sampler preempted among the group's threads reads them late
         (cgsample in a TCG guest took 6.3 ms for a step of 17 threads), and a thread that ran
         until after its late read, read as at `t`, showed the period after it as not wanted
-        (wakelat's bursts at 10 ms, called below quota while the trace saw 1.5 quotas wanted)."""
+        (wakelat's bursts at 10 ms, called below quota while the trace saw 1.5 quotas wanted).
+
+        How it is split: a thread that wanted a CPU through its last interval and less through
+        this one most likely went on wanting, then stopped: what it gained goes before `t`
+        first; one that wanted nothing in its last interval most likely began to want in this
+        one: after `t` first; otherwise in proportion to time. Against the trace (wakelat's
+        bursts, 10 ms, guest 7.3.4, 12 runs), in proportion alone: 46,152 steps off by 0.0136
+        CPUs on average, 1,306 by more than 0.1; split so: 0.0127 and 1,216."""
         out = {}
         for tid, (run, wait, at) in now.items():
             before = self.read.get(tid)
+            full = self.read_full.get(tid)  # the share of its last interval it wanted
+            if before is not None and at > before[0]:
+                self.read_full[tid] = (run + wait - before[1] - before[2]) / 1e9 / (at - before[0])
             self.read[tid] = (at, run, wait)
             if before is None or at <= t or before[0] >= t:
                 out[tid] = (run, wait)
                 continue
             f = (t - before[0]) / (at - before[0])
+            gained = (run + wait - before[1] - before[2]) / 1e9
+            if gained > 0 and full is not None and full >= WANTED_THROUGH:
+                f = min(gained, t - before[0]) / gained
+            elif gained > 0 and full is not None and full <= 1 - WANTED_THROUGH:
+                f = (gained - min(gained, at - t)) / gained
             out[tid] = (before[1] + round((run - before[1]) * f), before[2] + round((wait - before[2]) * f))
         return out
 

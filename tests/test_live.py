@@ -351,6 +351,22 @@ def test_a_thread_read_late_is_counted_as_it_stood_at_its_steps_time() -> None:
     assert [(r, w) for _, _, r, w in rec.spent[3]][-1] == (2000.0, 0.0)
 
 
+def test_a_late_read_is_split_by_what_the_thread_wanted_before() -> None:
+    """Two threads, each read on time at 0 and 10 ms and 6 ms late (at 26 ms) at the step of
+    20 ms. Thread 1 wanted a CPU through 0-10 ms and 12 ms more by 26: it most likely went on
+    wanting, then stopped, so 10 ms of it (all there was room for) fall before 20 ms, not
+    12 x 10/16. Thread 2 wanted nothing in 0-10 ms and 3 ms by 26: it most likely began
+    late, so all 3 ms fall after 20 ms."""
+    ms = 1_000_000
+    rec = ThreadRecorder([1, 2], ncpu=2)
+    rec.step(0.0, 0.0, {1: (0, 0, 0.0), 2: (0, 0, 0.0)})
+    rec.step(0.010, 0.0, {1: (10 * ms, 0, 0.010), 2: (0, 0, 0.010)})
+    rec.step(0.020, 0.0, {1: (22 * ms, 0, 0.026), 2: (3 * ms, 0, 0.026)})
+    rec.step(0.030, 0.0, {1: (22 * ms, 0, 0.030), 2: (3 * ms, 0, 0.030)})
+    assert [r for _, _, r, _ in rec.spent[1]] == [10000.0, 10000.0, 2000.0]
+    assert [r for _, _, r, _ in rec.spent[2]] == [0.0, 0.0, 3000.0]
+
+
 def test_a_thread_born_since_the_lists_last_read_is_counted_from_its_birth() -> None:
     """One CPU, steps every 10 ms, the list read at each. Thread 2, first listed at 20 ms
     (born after the read at 10 ms), has run 6 ms and waited 3 ms: that is what it wanted in
