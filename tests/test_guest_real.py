@@ -243,11 +243,12 @@ def test_the_traced_truth_in_a_guest(trace_kernel_key: str, tmp_path: Path) -> N
 def test_the_detector_against_traced_bursts_on_v2(trace_kernel_key: str, tmp_path: Path) -> None:
     """The below-quota-bursts scenario in a guest with tracepoints (cgroup v2): each repetition
     of the detector agrees with the traced truth as assert_agrees_with_truth asks, except that
-    up to 60 % of its below-quota calls may be wrong (three however few), not a tenth. That is
-    where the guest stands, not the issue's bar: at 10 ms, 16 repetitions on 2026-11-25
-    (docs/live.md) had 8-53 % of their calls wrong (70-79 % precision pooled), most of them
-    periods whose truth lay 3-30 % above the line while the estimate lay just below it; the
-    test guards the rest (over-use called so, half the truly below found) and against worse."""
+    up to a fifth of its below-quota calls may be wrong (three however few), not a tenth: at
+    10 ms, 16 repetitions on 2026-11-25 at 045c01b (docs/live.md) had 0-2 wrong calls each
+    (0-22 %), 96.6 % right pooled; the rest as asked (over-use called so, half the truly below
+    found: 54-100 % per repetition, 89.0 % pooled), and at 100 ms two over-use periods called
+    below however few: those 16 repetitions had 0-2 of 1-44 throttled periods, each within
+    3 % of the quota of the line."""
     proc = bwlab("run", "below-quota-bursts", "--target", "guest", "--kernel", trace_kernel_key, "--reps", "1",
                  "--duration", "15", "--out", str(tmp_path), timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -255,5 +256,5 @@ def test_the_detector_against_traced_bursts_on_v2(trace_kernel_key: str, tmp_pat
     assert doc["meta"]["splats"] == []
     for case in doc["cases"]:
         for rep in case["reps"]:
-            truly, called, both = assert_agrees_with_truth(rep["metrics"], case["case"], 0.6, 3)
+            truly, called, both = assert_agrees_with_truth(rep["metrics"], case["case"], 0.2, 3, 2)
             print(f"{case['case']}: truly below {truly}, called {called}, both {both}")
