@@ -199,6 +199,9 @@ class ThreadRecorder:
         self.last, self.last_t, self.last_throttled_us = at_t, t, throttled_us
         for tid in at_t:
             self.born.pop(tid, None)
+        for gone in self.read.keys() - now.keys():  # exited: a long watch keeps no trace of it
+            del self.read[gone]
+            self.read_full.pop(gone, None)
 
     def _at(self, t: float, now: dict[int, tuple[int, int, float]]) -> dict[int, tuple[int, int]]:
         """Each thread's counters as they stood at time `t`: a thread read after `t` has what
@@ -267,7 +270,8 @@ class ThreadRecorder:
         self.steps = [self.steps[i] for i in kept]
         self.wanted_sum = [self.wanted_sum[i] for i in kept]
         first = self.step_count - len(self.ran_us) + (kept[0] if kept else len(self.ran_us))
-        self.spread = {tid: {n: us for n, us in spread.items() if n >= first} for tid, spread in self.spread.items()}
+        self.spread = {tid: kept_us for tid, spread in self.spread.items()
+                       if (kept_us := {n: us for n, us in spread.items() if n >= first})}  # fmt: skip
         self.ran_us = [self.ran_us[i] for i in kept]
         self.active = [self.active[i] for i in kept]
         self.throttled = [s for s in self.throttled if s[1] >= t]
