@@ -76,8 +76,9 @@ class ThreadRecorder:
     spent: dict[int, list[tuple[float, float, float, float]]] = field(default_factory=dict)
     throttled: list[tuple[float, float, float]] = field(default_factory=list)  # (start, end, us) counted per step
     fds: dict[int, int] = field(default_factory=dict)  # tid -> its schedstat, kept open; close()
-    read: dict[int, tuple[float, int, int]] = field(default_factory=dict)  # tid -> its last read: (when, run, wait)
-    read_full: dict[int, float] = field(default_factory=dict)  # tid -> share of its last read interval it wanted
+    # tid -> its last read: (when, run ns, wait ns, the share of the interval before it that it
+    # wanted a CPU, None before its second read)
+    read: dict[int, tuple[float, int, int, float | None]] = field(default_factory=dict)
     born: dict[int, float] = field(default_factory=dict)  # tid -> born after this (follow()), until first read
     interval_steps: int = 0  # steps since the intervals were last cleared (forget_before)
     ran_us: list[float] = field(default_factory=list)  # per step: what the threads ran, together
@@ -197,11 +198,9 @@ class ThreadRecorder:
             for tid in (self.intervals.keys() | at_t.keys()) - ran.keys():  # `ran`: padded above
                 self._pad(tid)
         self.last, self.last_t, self.last_throttled_us = at_t, t, throttled_us
-        for tid in at_t:
-            self.born.pop(tid, None)
+        self.born.clear()  # set by follow() just before: each such thread read now, or gone
         for gone in self.read.keys() - now.keys():  # exited: a long watch keeps no trace of it
             del self.read[gone]
-            self.read_full.pop(gone, None)
 
     def _at(self, t: float, now: dict[int, tuple[int, int, float]]) -> dict[int, tuple[int, int]]:
         """Each thread's counters as they stood at time `t`: a thread read after `t` has what
@@ -220,20 +219,22 @@ class ThreadRecorder:
         out = {}
         for tid, (run, wait, at) in now.items():
             before = self.read.get(tid)
-            full = self.read_full.get(tid)  # the share of its last interval it wanted
-            if before is not None and at > before[0]:
-                self.read_full[tid] = (run + wait - before[1] - before[2]) / 1e9 / (at - before[0])
-            self.read[tid] = (at, run, wait)
-            if before is None or at <= t or before[0] >= t:
+            if before is None:
+                self.read[tid] = (at, run, wait, None)
                 out[tid] = (run, wait)
                 continue
-            f = (t - before[0]) / (at - before[0])
-            gained = (run + wait - before[1] - before[2]) / 1e9
+            last_at, last_run, last_wait, full = before  # full: the share of its last interval it wanted
+            gained = (run + wait - last_run - last_wait) / 1e9
+            self.read[tid] = (at, run, wait, gained / (at - last_at) if at > last_at else full)
+            if at <= t or last_at >= t:
+                out[tid] = (run, wait)
+                continue
+            f = (t - last_at) / (at - last_at)
             if gained > 0 and full is not None and full >= WANTED_THROUGH:
-                f = min(gained, t - before[0]) / gained
+                f = min(gained, t - last_at) / gained
             elif gained > 0 and full is not None and full <= 1 - WANTED_THROUGH:
                 f = (gained - min(gained, at - t)) / gained
-            out[tid] = (before[1] + round((run - before[1]) * f), before[2] + round((wait - before[2]) * f))
+            out[tid] = (last_run + round((run - last_run) * f), last_wait + round((wait - last_wait) * f))
         return out
 
     def _spread_back(self, tid: int, us: float, born: float | None = None) -> None:

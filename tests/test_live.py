@@ -366,7 +366,7 @@ def test_a_late_read_is_split_by_what_the_thread_wanted_before() -> None:
     assert [r for _, _, r, _ in rec.spent[1]] == [10000.0, 10000.0, 2000.0]
     assert [r for _, _, r, _ in rec.spent[2]] == [0.0, 0.0, 3000.0]
     rec.step(0.040, 0.0, {1: (22 * ms, 0, 0.040)})  # thread 2 exited: its last read is forgotten
-    assert set(rec.read) == set(rec.read_full) == {1}
+    assert set(rec.read) == {1}
 
 
 def test_a_thread_born_since_the_lists_last_read_is_counted_from_its_birth() -> None:

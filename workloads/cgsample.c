@@ -19,10 +19,10 @@
  * a line after the samples, `s T_NS THROTTLED_NS LISTED_NS TID RUN_NS WAIT_NS LATE_NS ...` (T_NS:
  * its sample's; LISTED_NS: when the thread list was last read, at or before T_NS, so that a
  * thread first seen there was born after the read before; LATE_NS: how long after T_NS that
- * thread was read). Why each read is timed: the
- * sampler is preempted among the group's threads on their CPU, and a TCG guest's step of 17
- * threads took 6.3 ms of wall time; read as at T_NS, a thread that ran until 4.5 ms after it
- * showed nothing wanted in the step after, and its period was called below quota.
+ * thread was read). Why each read is timed: the sampler is preempted among the group's threads
+ * on their CPU, and a TCG guest's step of 17 threads took 6.3 ms of wall time; read as at T_NS,
+ * a thread that ran until 4.5 ms after it showed nothing wanted in the step after, and its
+ * period was called below quota.
  *
  * It runs with EEVDF's shortest slice where the kernel has custom slices (6.12 and later).
  *
@@ -116,7 +116,6 @@ static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns, int64_t li
 	for (int i = 0; i < st->nthreads; i++) {
 		char buf[128];
 		long long run, wait;
-		struct timespec now;
 
 		if (st->fds[i] < 0)
 			continue;
@@ -125,8 +124,7 @@ static int step(struct steps *st, int64_t t_ns, int64_t throttled_ns, int64_t li
 			st->fds[i] = -1;
 			continue;
 		}
-		clock_gettime(CLOCK_MONOTONIC, &now);
-		if (push(st, st->tids[i], run, wait, (int64_t)now.tv_sec * 1000000000 + now.tv_nsec - t_ns))
+		if (push(st, st->tids[i], run, wait, now_ns(CLOCK_MONOTONIC) - t_ns))
 			return -1;
 	}
 	return 0;
