@@ -262,10 +262,12 @@ def test_the_sample_side_action_reads_the_groups_counters() -> None:
     line = ("/bin/cgsample /sys/fs/cgroup/bwlab-0-0/cpu.stat - 1000 /sys/fs/cgroup/bwlab-0-0/cgroup.threads 10000 "
             "> /tmp/side0 2>&1 & SIDE0=$!")  # fmt: skip
     assert plan.index(line) < plan.index("echo 'BWLAB-BEGIN 0 0' >&3") < plan.index("kill $SIDE0; wait $SIDE0")
-    v1 = render_plan(specs, layout=Layout(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct"))
+    cpuset = "/sys/fs/cgroup/cpuset"
+    v1 = render_plan(specs, layout=Layout(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", cpuset))
     assert ("/bin/cgsample /sys/fs/cgroup/cpu/bwlab-1-2/cpu.stat /sys/fs/cgroup/cpuacct/bwlab-1-2/cpuacct.usage 1000 "
             "/sys/fs/cgroup/cpu/bwlab-1-2/tasks 10000 " in v1)  # fmt: skip
     nested = [dataclasses.replace(s, depth=2) for s in specs]
     assert "/bwlab-0-0/l2/cgroup.threads 10000" in render_plan(nested)
-    assert "/sys/fs/cgroup/cpu/bwlab-0-0/l2/tasks 10000" in render_plan(nested, layout=Layout(1, "/sys/fs/cgroup/cpu"))
+    assert "/sys/fs/cgroup/cpu/bwlab-0-0/l2/tasks 10000" in render_plan(nested, layout=Layout(1, "/sys/fs/cgroup/cpu",
+                                                                                               cpuset=cpuset))
     assert "cgwrite" not in plan
