@@ -211,9 +211,10 @@ def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp
     for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
         for m in cases[case]:
             assert m["sampled_periods"] >= 0.9 * m["nr_periods"] - 5, m
-            # enough throttled periods for the shares to mean something (this machine's guests,
-            # 2026-11-25: 19.7-24 % of periods at demand == quota, 43 % on an earlier one)
-            assert m["nr_throttled"] >= 0.1 * m["nr_periods"], m
+            # enough throttled periods for the shares to mean something: 47-49 % at demand ==
+            # quota in this machine's guests (2026-11-25), with the group on a CPU of its own;
+            # beside the sampler on both, 13-17 % here and 0 of 527 in a CI repetition
+            assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m
             share = m["below_quota_share"]
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
 
