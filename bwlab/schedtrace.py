@@ -229,6 +229,22 @@ def parse_ftrace(text: str) -> Trace:
     return trace
 
 
+def mount_tracefs(who: str) -> bool:
+    """tracefs at TRACEFS, mounted if it is not (a machine whose init does not mount it):
+    whether this call mounted it, for unmount_tracefs when done; BwlabError if it cannot be."""
+    if (TRACEFS / "instances").is_dir():
+        return False
+    proc = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise BwlabError(f"{who} needs tracefs at {TRACEFS}: {proc.stderr.strip() or 'mount failed'}")
+    return True
+
+
+def unmount_tracefs() -> None:
+    """Undo a mount_tracefs that mounted it."""
+    subprocess.run(["umount", str(TRACEFS)], capture_output=True, check=False)
+
+
 class Ftrace:
     """The trace side action on this machine (the host target): a tracefs instance of its
     own with FTRACE_EVENTS on, the mono clock (cgsample's), and its own buffer; removed on
@@ -236,12 +252,7 @@ class Ftrace:
     output parse_ftrace reads."""
 
     def __init__(self, name: str) -> None:
-        self.mounted = False  # tracefs mounted here, for this trace: unmounted on close
-        if not (TRACEFS / "instances").is_dir():
-            proc = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
-            if proc.returncode != 0:
-                raise BwlabError(f"the trace side action needs tracefs at {TRACEFS}: {proc.stderr.strip()}")
-            self.mounted = True
+        self.mounted = mount_tracefs("the trace side action")  # mounted for this trace: unmounted on close
         self.dir = TRACEFS / "instances" / name
         try:
             self.dir.mkdir()
@@ -292,7 +303,7 @@ class Ftrace:
 
     def _unmount(self) -> None:
         if self.mounted:
-            subprocess.run(["umount", str(TRACEFS)], capture_output=True, check=False)
+            unmount_tracefs()
             self.mounted = False
 
     def __enter__(self) -> Ftrace:

@@ -34,13 +34,12 @@ MAX_EVENTS = 200_000  # bpftrace compiles before it attaches: a second or two he
 
 
 def unavailable() -> str | None:
-    """Why the eBPF mode cannot run here, or None."""
+    """Why the eBPF mode cannot run here, or None. tracefs (bpftrace reads the tracepoints'
+    formats there) is mounted for the trace where it is not (Tracer)."""
     if shutil.which("bpftrace") is None:
         return "--ebpf needs bpftrace (Debian: apt install bpftrace)"
     if os.geteuid() != 0:
         return "--ebpf needs root (bpftrace loads BPF programs)"
-    if not (TRACEFS / "events" / "sched" / "sched_switch").is_dir():
-        return f"--ebpf needs tracefs at {TRACEFS} (mount -t tracefs nodev {TRACEFS})"
     return None
 
 
@@ -105,11 +104,19 @@ class Tracer:
             raise BwlabError(reason)
         if not tids:
             raise BwlabError("the group has no threads to trace")
+        self.mounted = schedtrace.mount_tracefs("--ebpf")  # a machine without it mounted: for the trace only
+        try:
+            if not (TRACEFS / "events" / "sched" / "sched_switch").is_dir():
+                raise BwlabError(f"--ebpf: this kernel has no sched tracepoints ({TRACEFS}/events/sched)")
+            text = script(tids, period_timer_address())
+        except BwlabError:
+            self._unmount()
+            raise
         self.tids = tids
         self._dir = tempfile.TemporaryDirectory(prefix="bwlab-ebpf-")
         self._out = Path(self._dir.name) / "events"
         program = Path(self._dir.name) / "doctor.bt"
-        program.write_text(script(tids, period_timer_address()))
+        program.write_text(text)
         self._log = (Path(self._dir.name) / "log").open("w+")
         env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX=str(MAX_EVENTS))
         self._proc = subprocess.Popen(["bpftrace", "-o", str(self._out), str(program)], stdout=self._log,
@@ -154,3 +161,9 @@ class Tracer:
             self._proc.wait()
         self._log.close()
         self._dir.cleanup()
+        self._unmount()
+
+    def _unmount(self) -> None:
+        if self.mounted:
+            schedtrace.unmount_tracefs()
+            self.mounted = False
