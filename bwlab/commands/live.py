@@ -92,8 +92,8 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     tids = group.threads()
     allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
     recorder = threads.ThreadRecorder(tids, len(allowed))
-    tracer = ebpf.Tracer(recorder.tids) if traced else None
     stepper = threads.Stepper.of(recorder, group.threads, interval_s, threads.STEP_S)
+    tracer = ebpf.Tracer(recorder.tids) if traced else None  # closed below, whatever happens
 
     def on_sample(t: float, stat: bytes, parse: Callable[[], Sample]) -> None:
         stepper.feed(t, sampler.nr_periods(stat), parse)
