@@ -104,8 +104,8 @@ def assert_agrees_with_truth(m: dict[str, float], case: str, wrong_share: float 
     the group's period timer found at nearly every sampled boundary; periods of over-use
     called so (>= 95 %, `overuse_min` allowed wrong however few: a guest repetition at 100 ms
     has 10-20 throttled periods, and CI once saw 1 of 13 called below, where 95 % allows none);
-    and, as doctor's eBPF test asks (tests/test_ebpf_real.py), at most one call of *below* in
-    ten wrong (`wrong_share`; two allowed however few: `wrong_min`) and at least half of the
+    and, as doctor's eBPF test asked until 2026-11-25 (tests/test_ebpf_real.py), at most one call
+    of *below* in ten wrong (`wrong_share`; two allowed however few: `wrong_min`) and at least half of the
     truly below-quota periods found where there are five or more. Returns (truly below, called
     below, both) to pool."""
     throttled = round(m["nr_throttled"])
