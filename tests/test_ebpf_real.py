@@ -104,7 +104,7 @@ def sysbench(threads: int) -> list[str]:
 def test_traced_demand_is_what_sysbench_wants() -> None:
     """Demand == quota (threads = the quota's CPUs): every throttled period below quota, its
     traced demand the threads' CPUs times the period's length (95 % of them within 2 %, all
-    within 5 %); twice the threads: at least 1.8 x, at quota.
+    within 5 %); twice the threads: at least 1.8 x the quota over the period's length, at quota.
 
     The length, not the nominal period: a boundary off the timer's phase stretches one period
     and shortens the next (this VM, 2026-11-24: in one of 25 3-s runs every tenth boundary was
@@ -131,7 +131,11 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
         if share == 2.0:
-            demands = [float(p["demand_us"]) / quota for p in found]  # type: ignore[arg-type]
+            # over the quota for the period's length: a period cut short by a late timer before it
+            # holds less demand (CI, 2026-11-25: 1.72 x the quota, its CPUs' share within 5 % of
+            # 1, so about 8.6 ms long)
+            demands = [float(p["demand_us"]) / (quota * n / period)  # type: ignore[arg-type]
+                       for p, n in zip(found, lengths, strict=True)]  # fmt: skip
             assert all(d >= 1.8 for d in demands), sorted(demands)[:5]
 
 
