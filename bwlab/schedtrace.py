@@ -20,6 +20,7 @@ import contextlib
 import gzip
 import re
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -229,20 +230,31 @@ def parse_ftrace(text: str) -> Trace:
     return trace
 
 
-def mount_tracefs(who: str) -> bool:
-    """tracefs at TRACEFS, mounted if it is not (a machine whose init does not mount it):
-    whether this call mounted it, for unmount_tracefs when done; BwlabError if it cannot be."""
-    if (TRACEFS / "instances").is_dir():
-        return False
-    proc = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
-    if proc.returncode != 0:
-        raise BwlabError(f"{who} needs tracefs at {TRACEFS}: {proc.stderr.strip() or 'mount failed'}")
-    return True
+class TracefsMount:
+    """tracefs at TRACEFS for one trace: mounted if it is not (a machine whose init does not
+    mount it, like this one), and then unmounted by release(), which may be called any number
+    of times; BwlabError if it cannot be mounted."""
 
+    def __init__(self, who: str) -> None:
+        self.mounted = False
+        if (TRACEFS / "instances").is_dir():
+            return
+        proc = subprocess.run(["mount", "-t", "tracefs", "nodev", str(TRACEFS)], capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise BwlabError(f"{who} needs tracefs at {TRACEFS}: {proc.stderr.strip() or 'mount failed'}")
+        self.mounted = True
 
-def unmount_tracefs() -> None:
-    """Undo a mount_tracefs that mounted it."""
-    subprocess.run(["umount", str(TRACEFS)], capture_output=True, check=False)
+    def release(self) -> None:
+        """Unmounted if this mounted it. A file of it still open (a tracer's last reader that
+        has not yet exited) makes umount fail with EBUSY for a moment: tried for a second."""
+        if not self.mounted:
+            return
+        self.mounted = False
+        deadline = time.monotonic() + 1.0
+        while subprocess.run(["umount", str(TRACEFS)], capture_output=True).returncode != 0:
+            if time.monotonic() > deadline or not (TRACEFS / "instances").is_dir():
+                return
+            time.sleep(0.05)
 
 
 class Ftrace:
@@ -252,12 +264,12 @@ class Ftrace:
     output parse_ftrace reads."""
 
     def __init__(self, name: str) -> None:
-        self.mounted = mount_tracefs("the trace side action")  # mounted for this trace: unmounted on close
+        self._tracefs = TracefsMount("the trace side action")  # released on close
         self.dir = TRACEFS / "instances" / name
         try:
             self.dir.mkdir()
         except OSError as exc:
-            self._unmount()
+            self._tracefs.release()
             raise BwlabError(f"cannot make the tracefs instance {self.dir}: {exc.strerror}") from None
         try:
             (self.dir / "trace_clock").write_text("mono")
@@ -299,12 +311,7 @@ class Ftrace:
                 (self.dir / "events" / event / "enable").write_text("0")
         with contextlib.suppress(OSError):
             self.dir.rmdir()
-        self._unmount()
-
-    def _unmount(self) -> None:
-        if self.mounted:
-            unmount_tracefs()
-            self.mounted = False
+        self._tracefs.release()
 
     def __enter__(self) -> Ftrace:
         return self

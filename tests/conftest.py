@@ -7,13 +7,14 @@ import os
 import signal
 import subprocess
 import sys
+import warnings
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bwlab import cgroup
+from bwlab import cgroup, schedtrace
 from bwlab.scenario import builtin_path
 
 REPO = Path(__file__).resolve().parent.parent
@@ -37,6 +38,26 @@ def empty_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     cache = tmp_path / "cache"
     monkeypatch.setenv("BWLAB_CACHE", str(cache))
     return cache
+
+
+def tracefs_state() -> tuple[bool, list[str]]:
+    """Whether tracefs is mounted where bwlab mounts it (schedtrace.TRACEFS), and its instances."""
+    mounts = Path("/proc/mounts").read_text().splitlines()
+    mounted = any(line.split()[1:3] == [str(schedtrace.TRACEFS), "tracefs"] for line in mounts)
+    instances = sorted(p.name for p in (schedtrace.TRACEFS / "instances").iterdir()) if mounted else []
+    return mounted, instances
+
+
+@pytest.fixture(autouse=True)
+def tracefs_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test leaves tracefs mounted or not as it found it: bwlab mounts it for a trace only.
+    A test that leaves it mounted is named in the warnings summary, and it is unmounted for the
+    next test (tracefs was found mounted after full runs of the suite, 2026-11-25)."""
+    was = tracefs_state()[0]
+    yield
+    if not was and tracefs_state()[0]:
+        warnings.warn(f"{request.node.nodeid} left tracefs mounted at {schedtrace.TRACEFS}", stacklevel=1)
+        subprocess.run(["umount", str(schedtrace.TRACEFS)], capture_output=True, check=False)
 
 
 def needs_root() -> pytest.MarkDecorator:

@@ -33,15 +33,11 @@ import pytest
 from bwlab import schedtrace
 from bwlab.workloads import programs
 
-from conftest import bwlab, needs_root, running_in_group
+from conftest import bwlab, needs_root, running_in_group, tracefs_state
 
 pytestmark = needs_root()
 
 NCPU = len(os.sched_getaffinity(0))
-
-
-def tracefs_mounted() -> bool:
-    return any(line.split()[1] == str(schedtrace.TRACEFS) for line in Path("/proc/mounts").read_text().splitlines())
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -55,17 +51,17 @@ def test_the_ebpf_mode_mounts_tracefs_for_its_trace_only() -> None:
     """A machine whose init does not mount tracefs (this one's, and many containers' hosts):
     `doctor --ebpf` mounts it for its trace, traces, and leaves it unmounted. tracefs, if it was
     mounted, is unmounted for the test and mounted again after it."""
-    was = tracefs_mounted()
+    was = tracefs_state()[0]
     if was:
         subprocess.run(["umount", str(schedtrace.TRACEFS)], check=True)
     try:
         with running(10_000, 5_000, sysbench(1)) as path:
             doc = traced_doctor(path, 1)
         assert throttled_periods(doc), doc["throttled"]
-        assert not tracefs_mounted()
+        assert not tracefs_state()[0]
     finally:
-        if was and not tracefs_mounted():
-            subprocess.run(["mount", "-t", "tracefs", "nodev", str(schedtrace.TRACEFS)], check=True)
+        if was and not tracefs_state()[0]:
+            schedtrace.TracefsMount("the test")  # never released: as it was found
 
 
 @contextlib.contextmanager

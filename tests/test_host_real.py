@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import cgroup, schedtrace
+from bwlab import cgroup
 from bwlab.kernel.build import SUPPORTED_HZ
 
 from conftest import (
@@ -24,6 +24,7 @@ from conftest import (
     needs_root,
     pids_with,
     traced_below_quota,
+    tracefs_state,
 )
 
 pytestmark = [pytest.mark.host, needs_root()]
@@ -240,13 +241,6 @@ def test_the_detector_knows_below_quota_from_over_use_on_v1(tmp_path: Path) -> N
             share = m["below_quota_share"]
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
     assert not bwlab_dirs()
-
-
-def tracefs_state() -> tuple[bool, list[str]]:
-    """Whether tracefs is mounted, and its instances."""
-    mounted = any(line.split()[2] == "tracefs" for line in Path("/proc/mounts").read_text().splitlines())
-    instances = sorted(p.name for p in schedtrace.TRACEFS.joinpath("instances").iterdir()) if mounted else []
-    return mounted, instances
 
 
 def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:

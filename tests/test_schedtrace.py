@@ -144,7 +144,7 @@ def test_the_plan_traces_the_workload_in_an_instance_of_its_own() -> None:
     subprocess.run(["sh", "-n"], input=text, text=True, check=True)
 
 
-def test_a_guests_plan_never_turns_an_event_on_or_off(tmp_path) -> None:  # type: ignore[no-untyped-def]
+def test_a_guests_plan_never_turns_an_event_on_or_off(tmp_path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
     """In a guest the events are on from boot (the kernel's command line, before SMP): turning
     one on or off patches the running kernel's text, and a TCG guest that did it per repetition
     died of a stale breakpoint ("Oops: int3", 3 of 4 boots toggling them 300 times beside
@@ -176,12 +176,14 @@ def test_a_guests_plan_never_turns_an_event_on_or_off(tmp_path) -> None:  # type
         (fake / "events" / event).mkdir(parents=True)
         (fake / "events" / event / "enable").write_text("0" if "fork" in event else "1")
     (fake / "instances").mkdir()
+    monkeypatch.setattr(schedtrace, "TRACEFS", fake)  # mounted already: the start mounts nothing
     start = "\n".join(plan.trace_start(str(fake), str(tmp_path / "mounted"), boot_events=True))
     run = subprocess.run(["sh", "-c", f"exec 3>&1; {start}"], capture_output=True, text=True, check=False)
     errors = [ln for ln in run.stdout.splitlines() if ln.startswith("BWLAB-ERROR")]
     assert errors == ["BWLAB-ERROR trace side: event sched/sched_process_fork not on since boot "
                       "(a kernel without tracing?)"]  # fmt: skip
     assert (fake / "tracing_on").read_text() == "1\n" and (fake / "trace_clock").read_text() == "mono\n"
+    assert not (tmp_path / "mounted").exists()
 
 
 def test_a_trace_side_needs_a_sample_side(tmp_path) -> None:  # type: ignore[no-untyped-def]

@@ -104,13 +104,13 @@ class Tracer:
             raise BwlabError(reason)
         if not tids:
             raise BwlabError("the group has no threads to trace")
-        self.mounted = schedtrace.mount_tracefs("--ebpf")  # a machine without it mounted: for the trace only
+        self._tracefs = schedtrace.TracefsMount("--ebpf")  # released on close
         try:
             if not (TRACEFS / "events" / "sched" / "sched_switch").is_dir():
                 raise BwlabError(f"--ebpf: this kernel has no sched tracepoints ({TRACEFS}/events/sched)")
             text = script(tids, period_timer_address())
         except BwlabError:
-            self._unmount()
+            self._tracefs.release()
             raise
         self.tids = tids
         self._dir = tempfile.TemporaryDirectory(prefix="bwlab-ebpf-")
@@ -161,9 +161,4 @@ class Tracer:
             self._proc.wait()
         self._log.close()
         self._dir.cleanup()
-        self._unmount()
-
-    def _unmount(self) -> None:
-        if self.mounted:
-            schedtrace.unmount_tracefs()
-            self.mounted = False
+        self._tracefs.release()
