@@ -180,7 +180,8 @@ def parse_ftrace(text: str) -> Trace:
         raise BwlabError(f"the trace side action's output does not start with its header: {text[:80]!r}")
     if head[2:] == ["gzip"]:  # the plan's, where the machine had gzip and base64
         try:
-            lines = [lines[0], *gzip.decompress(base64.b64decode("".join(lines[1:]))).decode().splitlines()]
+            data = base64.b64decode("".join(lines[1:]), validate=True)  # a stray message is damage too
+            lines = [lines[0], *gzip.decompress(data).decode().splitlines()]
         except (ValueError, OSError, EOFError) as exc:
             raise BwlabError(f"the trace side action's compressed trace is damaged: {exc}") from None
     members: set[int] = set()

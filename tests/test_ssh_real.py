@@ -30,7 +30,15 @@ import pytest
 from bwlab import cgroup
 from bwlab.targets.host import kernel_hz
 
-from conftest import DATA, REPO, bwlab, needs_root
+from conftest import (
+    DATA,
+    REPO,
+    assert_truth_knows_known_demand,
+    bwlab,
+    needs_root,
+    traced_below_quota,
+    tracefs_state,
+)
 
 pytestmark = needs_root()
 
@@ -189,6 +197,50 @@ def test_cglat_over_ssh_has_the_host_shape(sshd: Sshd, tmp_path: Path) -> None:
         for rep in case["reps"]:
             assert rep["samples_us"] and rep["metrics"]["cpus_used"] > 0
     assert leftovers(before) == []
+
+
+def test_the_trace_side_over_ssh_knows_known_demand(sshd: Sshd, tmp_path: Path) -> None:
+    """The trace side action over ssh:// (a tracefs instance there, mounted first if it is not;
+    its output carried back gzip'd in base64): the traced truth of the below-quota scenario
+    calls demand == quota below quota and twice the quota over-use, and the detector agrees, as
+    on the host; tracefs there is left as it was found, no instance of ours."""
+    before_dirs, before = _run_dirs(), tracefs_state()
+    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--reps", "2", "--out", str(tmp_path), *ssh_args(sshd),
+                 timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    assert tracefs_state() == before
+    doc = json.loads((tmp_path / "below-quota-ssh-bwlab-test.json").read_text())
+    assert_truth_knows_known_demand(doc, detector_too=True)
+    assert leftovers(before_dirs) == []
+
+
+def test_sigint_mid_trace_over_ssh_undoes_the_trace_there(sshd: Sshd, tmp_path: Path) -> None:
+    """SIGINT while the trace side action traces there: the plan's restore.sh turns the events
+    off, removes the instance and unmounts tracefs if the plan mounted it, once (cleanup.sh runs
+    one at a time: two at once left tracefs mounted here, 2026-11-25)."""
+    before_dirs, before = _run_dirs(), tracefs_state()
+    cmd = [sys.executable, "-m", "bwlab.cli", "run", str(traced_below_quota(tmp_path)), "--reps", "1",
+           "--out", str(tmp_path / "out"), *ssh_args(sshd)]  # fmt: skip
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        deadline = time.monotonic() + 120
+        while not any(name.startswith("bwlab-") for name in tracefs_state()[1]):
+            assert proc.poll() is None and time.monotonic() < deadline, "the trace never started there"
+            time.sleep(0.05)
+        time.sleep(0.5)
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 130 and "interrupted" in err.decode()
+    # bwlab's cleanup and the remote watchdog's both run; in 3 of 10 runs a plan process there
+    # was still found for ~2.5 s after bwlab exited (2026-11-25, not explained), then gone
+    deadline = time.monotonic() + 20
+    while (leftovers(before_dirs) or tracefs_state() != before) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert tracefs_state() == before
+    assert leftovers(before_dirs) == []
 
 
 def _interrupted(sshd: Sshd, sig: int, tmp_path: Path) -> tuple[int, str]:

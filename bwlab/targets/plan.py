@@ -267,9 +267,12 @@ def trace_stop(instance: str, out: str, mounted: str, boot_events: bool = False)
         f"echo {schedtrace.END_MARK} > {instance}/trace_marker; echo 0 > {instance}/tracing_on",
         f"L=0; for f in {instance}/per_cpu/cpu*/stats; do n=$(sed -n 's/^overrun: //p' $f); L=$((L + ${{n:-0}})); done",
         # compressed where the machine can (a guest's serial port carried 17 MB a repetition of
-        # wakelat's bursts as text)
+        # wakelat's bursts as text); read through cat, and gzip's complaints kept out of the
+        # data: GNU gzip given the trace file itself warns that its size changed while zipping
+        # (tracefs files have no fixed size), which broke every trace over ssh (2026-11-25)
         f"if command -v gzip > /dev/null && command -v base64 > /dev/null; then "
-        f'{{ echo "{schedtrace.FTRACE_HEADER} $L gzip"; gzip -1 < {instance}/trace | base64; }} > {out} 2>&1; '
+        f'{{ echo "{schedtrace.FTRACE_HEADER} $L gzip"; cat {instance}/trace | gzip -1 | base64; }} > {out} '
+        f"2> {out}.err; "
         f'else {{ echo "{schedtrace.FTRACE_HEADER} $L"; cat {instance}/trace; }} > {out} 2>&1; fi',
         trace_undo(instance, mounted, boot_events),
     ]
@@ -280,7 +283,10 @@ def trace_undo(instance: str, mounted: str, boot_events: bool = False) -> str:
     if the plan mounted it; nothing if it is gone already. With `boot_events` the events stay
     on (turning them off would patch the text) and the top-level buffer stays."""
     tr = str(schedtrace.TRACEFS)
-    unmount = f"if [ -e {mounted} ]; then umount {tr}; rm -f {mounted}; fi"
+    # the marker goes only with the mount: a file of it still open (a killed plan's writer not yet
+    # gone) makes umount fail with EBUSY for a moment, and the undo may run again
+    unmount = (f"if [ -e {mounted} ]; then for try in 1 2 3; do umount {tr} && {{ rm -f {mounted}; break; }}; "
+               "sleep 1; done; fi")  # fmt: skip
     if boot_events:
         return unmount
     disable = "; ".join(f"echo 0 > {instance}/events/{e}/enable" for e in schedtrace.FTRACE_EVENTS)

@@ -218,12 +218,16 @@ def runner(machine: Machine, enable_cpuset: bool) -> str:
 def cleaner(machine: Machine) -> str:
     """cleanup.sh: kill the runner's process group and whatever is in this run's groups, remove
     the groups (deepest first, retrying while tasks exit), run restore.sh, remove D; print
-    BWLAB-CLEAN or BWLAB-LEFT and what stayed."""
+    BWLAB-CLEAN or BWLAB-LEFT and what stayed. One at a time (a directory beside D as the
+    lock, waited for up to 30 s): on an interrupt bwlab's cleanup and the watchdog's both run,
+    and two restore.sh at once left tracefs mounted (one's umount failed while the other wrote
+    an event's file, and it had removed the mark that said to unmount)."""
     d, prefix = machine.dir, machine.group_prefix
     roots = " ".join(machine.layout.roots())
     return "\n".join([
         "#!/bin/sh",
         f"D={d}",
+        "n=0; until mkdir $D.cleaning 2>/dev/null; do n=$((n + 1)); [ $n -ge 120 ] && break; sleep 0.25; done",
         'PG=$(cat $D/pid 2>/dev/null)',
         '[ -n "$PG" ] && kill -KILL -- -"$PG" 2>/dev/null',
         "for try in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do",
@@ -238,6 +242,7 @@ def cleaner(machine: Machine) -> str:
         "done",
         "[ -f $D/restore.sh ] && sh $D/restore.sh 2>/dev/null",
         "rm -rf $D",
+        "rmdir $D.cleaning 2>/dev/null",
         'if [ -n "$LEFT" ]; then echo "BWLAB-LEFT$LEFT"; else echo BWLAB-CLEAN; fi',
     ]) + "\n"  # fmt: skip
 
