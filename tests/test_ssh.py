@@ -3,13 +3,16 @@ plan it renders for a cgroup v1 machine. tests/test_ssh_real.py runs it against 
 
 from __future__ import annotations
 
+import signal
+import subprocess
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from bwlab import scenario
 from bwlab.errors import BwlabError
-from bwlab.targets import plan
+from bwlab.targets import plan, ssh
 from bwlab.targets.ssh import Remote, parse_probe
 
 from conftest import bwlab
@@ -135,3 +138,28 @@ def test_cli_refuses_guest_options_and_bad_targets() -> None:
     assert proc.returncode == 2 and "ssh://[user@]host[:port]" in proc.stderr
     proc = bwlab("kselftest", "--target", "host")
     assert proc.returncode == 1 and "guest or over ssh" in proc.stderr
+
+
+def test_cleanup_kills_the_runners_process_group_under_the_systems_sh(tmp_path: Path) -> None:
+    """cleanup.sh, run by /bin/sh (Debian's dash, whose kill took "--" for a PID and killed
+    nothing until 2026-11-25), kills the process group whose leader's PID run.sh wrote, runs
+    restore.sh, removes the run's directory and says it is clean; the groups' roots here are
+    empty directories."""
+    run_dir = tmp_path / "bwlab-abc123"
+    run_dir.mkdir()
+    root = tmp_path / "cg"
+    root.mkdir()
+    machine = ssh.Machine({"ncpu": "2"}, plan.Layout(2, str(root)), str(run_dir))
+    (run_dir / "cleanup.sh").write_text(ssh.cleaner(machine))
+    (run_dir / "restore.sh").write_text(f"touch {tmp_path / 'restored'}\n")
+    leader = subprocess.Popen(["sleep", "60"], start_new_session=True)  # a group of its own, as run.sh's
+    try:
+        (run_dir / "pid").write_text(f"{leader.pid}\n")
+        out = subprocess.run(["sh", str(run_dir / "cleanup.sh")], capture_output=True, text=True, timeout=30)
+        assert leader.wait(timeout=5) == -signal.SIGKILL, out.stderr
+    finally:
+        if leader.poll() is None:
+            leader.kill()
+            leader.wait()
+    assert out.stdout.strip() == "BWLAB-CLEAN" and (tmp_path / "restored").exists()
+    assert not run_dir.exists() and not Path(f"{run_dir}.cleaning").exists()

@@ -220,8 +220,7 @@ def cleaner(machine: Machine) -> str:
     the groups (deepest first, retrying while tasks exit), run restore.sh, remove D; print
     BWLAB-CLEAN or BWLAB-LEFT and what stayed. One at a time (a directory beside D as the
     lock, waited for up to 30 s): on an interrupt bwlab's cleanup and the watchdog's both run,
-    and two restore.sh at once left tracefs mounted (one's umount failed while the other wrote
-    an event's file, and it had removed the mark that said to unmount)."""
+    and one restore.sh must not undo what the other is undoing."""
     d, prefix = machine.dir, machine.group_prefix
     roots = " ".join(machine.layout.roots())
     return "\n".join([
@@ -229,7 +228,9 @@ def cleaner(machine: Machine) -> str:
         f"D={d}",
         "n=0; until mkdir $D.cleaning 2>/dev/null; do n=$((n + 1)); [ $n -ge 120 ] && break; sleep 0.25; done",
         'PG=$(cat $D/pid 2>/dev/null)',
-        '[ -n "$PG" ] && kill -KILL -- -"$PG" 2>/dev/null',
+        # no "--": dash's kill (Debian's sh) takes it for a PID ("Illegal number: -") and killed
+        # nothing; the plan then ran on until its next record hit the closed connection
+        '[ -n "$PG" ] && kill -KILL -"$PG" 2>/dev/null',
         "for try in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do",
         '  LEFT=""',
         f"  for g in $(for r in {roots}; do ls -d $r/{prefix}* 2>/dev/null; done); do",
