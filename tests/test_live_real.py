@@ -187,8 +187,10 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     15 workers per CPU, quota 0.875 x CPUs per 100 ms): over-use in its peaks while its average
     stays below the quota. doctor says so (cause "bursty"), sizes a burst from what it leaves
     unused, and predicts throttling as it is and with that burst, each within the issue's
-    tolerance of what is measured: as it is (while doctor watched), and after tune applied the
-    burst (its counters, unwatched: what the replay predicts).
+    tolerance of what is measured, unwatched (its counters, as the replay predicts them), over
+    the same arrivals: as it is, and after tune applied the burst. Watching lowers the group's
+    throttling by a varying amount (CI, 2026-11-25: 27.6 % while doctor watched, 33.5 %
+    predicted; docs/live.md, Cost), so doctor's own count is not what is compared.
 
     The same arrivals both times (wakelat -R): what a burst does to bursts depends on which
     bursts come (host, 50 ms burst: seed 1 31 -> 10 %, seed 2 27 -> 2.5 %, each the same on a
@@ -208,7 +210,10 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         burst = diag["recommended_burst_us"]
         assert isinstance(burst, int) and 0 < burst <= quota
         predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
-        as_is = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
+        watched = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
+        with started_in(grp, argv):
+            time.sleep(1)
+            as_is, _ = unwatched(grp, 20)
         env = {"BWLAB_CACHE": str(tmp_path)}
         assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
         # measured as the prediction predicts it: the group unwatched, its counters over the same
@@ -217,7 +222,8 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         with started_in(grp, argv):
             time.sleep(1)
             tuned, _ = unwatched(grp, 20)
-        print(f"bursty: as it is {as_is:.1f} % (predicted {predicted['as it is']:.1f} %), burst {burst} us "
+        print(f"bursty: as it is {as_is:.1f} % ({watched:.1f} % watched; predicted {predicted['as it is']:.1f} %), "
+              f"burst {burst} us "
               f"{tuned:.1f} % (predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
         # the issue's tolerance: 20 % of the measured share, or 3 points below 15 % (host, 2026-11-24:
         # as it is 33.7 % measured, 35.5 predicted; tuned 13.0-14.5 measured unwatched, 13.4-14.1 predicted)
