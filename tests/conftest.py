@@ -7,8 +7,9 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -91,6 +92,32 @@ def cmdlines_working_in(directory: Path) -> list[str]:
         except OSError:
             continue
     return found
+
+
+def interrupt_when(
+    proc: subprocess.Popen[bytes],
+    ready: Callable[[], bool],
+    what: str,
+    within: float,
+    settle: float,
+    sig: int = signal.SIGINT,
+) -> tuple[int, str]:
+    """Wait (at most `within` s, `proc` alive) until `ready()`, then `settle` s more, send `sig` to
+    `proc` and return its exit status and standard error; it is killed if it outlives the test.
+    `what` names the wait in the failure: "qemu never started"."""
+    try:
+        deadline = time.monotonic() + within
+        while not ready():
+            assert proc.poll() is None and time.monotonic() < deadline, what
+            time.sleep(0.05)
+        time.sleep(settle)
+        proc.send_signal(sig)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    return proc.returncode, err.decode()
 
 
 @contextlib.contextmanager

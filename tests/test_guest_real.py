@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import signal
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ from conftest import (
     assert_agrees_with_truth,
     assert_truth_knows_known_demand,
     bwlab,
+    interrupt_when,
     pids_with,
     traced_below_quota,
 )
@@ -99,20 +99,11 @@ def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -
         cwd=REPO,
         env={**os.environ, "TMPDIR": str(tmpdir)},
         stderr=subprocess.PIPE,
-        text=True,
     )
-    try:
-        deadline = time.monotonic() + 60
-        while not pids_with("qemu-system", str(tmpdir)):
-            assert time.monotonic() < deadline, "qemu never started"
-            time.sleep(0.2)
-        time.sleep(1)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=30)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130, err
+    rc, err = interrupt_when(
+        proc, lambda: bool(pids_with("qemu-system", str(tmpdir))), "qemu never started", within=60, settle=1
+    )
+    assert rc == 130, err
     assert not pids_with("qemu-system", str(tmpdir))
     assert list(tmpdir.iterdir()) == []
 

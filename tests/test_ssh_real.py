@@ -35,6 +35,7 @@ from conftest import (
     REPO,
     assert_truth_knows_known_demand,
     bwlab,
+    interrupt_when,
     needs_root,
     traced_below_quota,
     tracefs_state,
@@ -225,18 +226,14 @@ def test_sigint_mid_trace_over_ssh_undoes_the_trace_there(sshd: Sshd, tmp_path: 
     cmd = [sys.executable, "-m", "bwlab.cli", "run", str(traced_below_quota(tmp_path)), "--reps", "1",
            "--out", str(tmp_path / "out"), *ssh_args(sshd)]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    try:
-        deadline = time.monotonic() + 120
-        while not any(name.startswith("bwlab-") for name in tracefs_state()[1]):
-            assert proc.poll() is None and time.monotonic() < deadline, "the trace never started there"
-            time.sleep(0.05)
-        time.sleep(0.5)
-        proc.send_signal(signal.SIGINT)
-        _, err = proc.communicate(timeout=60)
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-    assert proc.returncode == 130 and "interrupted" in err.decode()
+    rc, err = interrupt_when(
+        proc,
+        lambda: any(name.startswith("bwlab-") for name in tracefs_state()[1]),
+        "the trace never started there",
+        within=120,
+        settle=0.5,
+    )
+    assert rc == 130 and "interrupted" in err
     assert tracefs_state() == before
     assert leftovers(before_dirs) == []
 
@@ -246,15 +243,15 @@ def _interrupted(sshd: Sshd, sig: int, tmp_path: Path) -> tuple[int, str]:
     cmd = [sys.executable, "-m", "bwlab.cli", "run", str(DATA / "table2-10ms.toml"), "--reps", "3",
            "--duration", "5", "--out", str(tmp_path), *ssh_args(sshd)]  # fmt: skip
     proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    deadline = time.monotonic() + 60
-    while not any(g.name.startswith("bwlab-") for g in V1_ROOTS[0].iterdir()):
-        assert proc.poll() is None and time.monotonic() < deadline, "the run never made its group"
-        time.sleep(0.05)
-    time.sleep(0.5)
-    assert [c for _, c in _processes() if RUN_DIR.search(c) and "sysbench" in c], "no workload running there"
-    proc.send_signal(sig)
-    _, err = proc.communicate(timeout=60)
-    return proc.returncode, err.decode()
+
+    def running_there() -> bool:
+        if not any(g.name.startswith("bwlab-") for g in V1_ROOTS[0].iterdir()):
+            return False
+        time.sleep(0.5)
+        assert [c for _, c in _processes() if RUN_DIR.search(c) and "sysbench" in c], "no workload running there"
+        return True
+
+    return interrupt_when(proc, running_there, "the run never made its group", within=60, settle=0, sig=sig)
 
 
 def test_sigint_during_an_ssh_run_leaves_nothing_there(sshd: Sshd, tmp_path: Path) -> None:
