@@ -485,6 +485,13 @@ def test_sampler_reads_a_tree_and_says_what_is_wrong(tmp_path: Path) -> None:
     assert (s.nr_periods, s.nr_throttled, s.throttled_us, s.usage_us) == (11, 5, 4000.0, 7000.0)
     reader.close()
     assert len(sample(group, 0.05, 0.01)) >= 5
+    # v1's cpuacct mounted apart: a group made in cpu alone has no usage there
+    (tmp_path / "cpuacct" / "system.slice" / "a.service" / "cpuacct.usage").unlink()
+    (tmp_path / "cpuacct" / "system.slice" / "a.service").rmdir()
+    with pytest.raises(BwlabError, match=r"no group in the cpuacct hierarchy \(.*cpuacct/system\.slice/a\.service\)"):
+        Reader(group)
+    (tmp_path / "cpuacct" / "system.slice" / "a.service").mkdir()
+    group.usage_file.write_text("7000000\n")
     (group.dir / "cpu.stat").write_text("nr_periods ten\n")
     with pytest.raises(BwlabError, match="not 'key integer'"):
         Reader(group).read()
