@@ -10,4 +10,5 @@ bash scripts/setup.sh
 if ! command -v cargo >/dev/null 2>&1; then export PATH="$HOME/.cargo/bin:$PATH"; fi
 (cd sim && cargo fmt --check && cargo clippy --release --all-targets -q -- -D warnings \
   && cargo clippy --release --features python -q -- -D warnings && cargo test --release -q)
-exec .venv/bin/pytest -v -ra "$@"
+# --durations: the slowest tests in CI's log, where its 90-minute budget goes
+exec .venv/bin/pytest -v -ra --durations=30 "$@"
