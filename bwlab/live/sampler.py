@@ -31,6 +31,11 @@ class Reader:
         try:
             self._stat = self._open(str(group.stat_file))
             usage = group.usage_file
+            if usage is not None and not usage.parent.is_dir():
+                # v1 with cpuacct mounted apart: systemd, Docker and the kubelet make each group in
+                # both hierarchies, a group made by hand in cpu alone has no usage to read
+                raise BwlabError(f"cgroup {group.path} has no group in the cpuacct hierarchy "
+                                 f"({usage.parent}): its usage cannot be read")  # fmt: skip
             self._usage = self._open(str(usage)) if usage is not None else None
         except BaseException:
             self.close()
@@ -40,11 +45,6 @@ class Reader:
         try:
             fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
         except FileNotFoundError:
-            if self._fds and not os.path.isdir(os.path.dirname(path)):
-                # v1 with cpuacct mounted apart: systemd, Docker and the kubelet make each group in
-                # both hierarchies, a group made by hand in cpu alone has no usage to read
-                raise BwlabError(f"cgroup {self.group.path} has no group in the cpuacct hierarchy "
-                                 f"({os.path.dirname(path)}): its usage cannot be read") from None  # fmt: skip
             raise BwlabError(f"cgroup {self.group.path} has no {os.path.basename(path)} (removed?)") from None
         except PermissionError:
             raise BwlabError(f"no permission to read {path}") from None
