@@ -11,6 +11,7 @@ from types import FrameType
 from typing import NoReturn
 
 from bwlab import cgroup
+from bwlab.commands import bundle as bundle_cmd
 from bwlab.commands import exporter as exporter_cmd
 from bwlab.commands import kernel as kernel_cmd
 from bwlab.commands import kselftest as kselftest_cmd
@@ -181,6 +182,23 @@ def build_parser() -> argparse.ArgumentParser:
         help="patched guest: which of the series' sched_feat switches are on (default: all)",
     )
     p.set_defaults(func=run_cmd.cmd_run)
+
+    p = sub.add_parser("bundle", help="scenarios as a self-contained directory for a machine without bwlab")
+    p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="built-in scenario names or .toml files")
+    p.add_argument("-o", "--out", required=True, metavar="DIR", help="the bundle's directory (and DIR.tar.xz)")
+    p.add_argument("--ncpu", type=int, action="append", metavar="N",
+                   help="a CPU count the target may have (repeat for several; default: this machine's)")  # fmt: skip
+    p.add_argument("--hz", type=int, action="append", metavar="HZ",
+                   help="a kernel HZ it may have, for bursts in ticks (default: 100 250 300 1000)")  # fmt: skip
+    p.add_argument("--reps", type=int, help="override the scenarios' repetitions")
+    p.add_argument("--duration", type=float, help="override the scenarios' duration_s")
+    p.add_argument("--max-mib", type=float, default=60.0, help="refuse an archive larger than this (default 60)")
+    p.set_defaults(func=bundle_cmd.cmd_bundle)
+
+    p = sub.add_parser("ingest", help="results from the output of a bundle's run.sh")
+    p.add_argument("dir", metavar="OUT", help="the directory run.sh wrote")
+    p.add_argument("--out", metavar="DIR", help="where the results go (default: OUT/results)")
+    p.set_defaults(func=bundle_cmd.cmd_ingest)
 
     p = sub.add_parser("kselftest", help="run the kernel's cgroup test_cpu (with the series' tests) in a guest")
     p.add_argument("--kernel", metavar="KEY", help="a built kernel by key (bwlab kernel list)")

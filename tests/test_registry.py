@@ -21,6 +21,9 @@ from bwlab.workloads.base import COMMON_METRICS, LATENCY_POINTS, Resolved
 PCT = {p: float(i) for i, p in enumerate(("p50", "p75", "p90", "p95", "p99", "p99_5", "p99_9", "max"))}
 OUTPUTS = {
     "sysbench-cpu": "CPU speed:\n    events per second:   345.67\n    total number of events:   3457\n",
+    "spin-cpu": json.dumps(
+        {"events": 2770, "events_per_s": 1384.5, "duration_s": 2.0, "threads": 2, "per_thread": [1388, 1382]}
+    ),
     "sysbench-threads": "    total time:   2.0s\n    total number of events:   500\n",
     "hackbench": "Running in process mode\nTime: 1.234\n",
     "cglat": json.dumps({"workload": "cglat", "samples_us": [10100, 10200]}),

@@ -67,7 +67,7 @@ dir=/tmp/bwlab-AbC123
 
 
 def test_probe_of_a_v1_machine() -> None:
-    machine = parse_probe(Remote("box"), V1_PROBE)
+    machine = parse_probe("ssh://box", V1_PROBE)
     assert machine.ncpu == 8 and machine.dir == "/tmp/bwlab-AbC123"
     assert machine.layout == plan.Layout(1, "/sys/fs/cgroup/cpu", "/sys/fs/cgroup/cpuacct", "/sys/fs/cgroup/cpuset")
 
@@ -75,9 +75,9 @@ def test_probe_of_a_v1_machine() -> None:
 def test_probe_of_a_comounted_v1_machine_and_of_a_v2_one() -> None:
     separate = "v1mount=/sys/fs/cgroup/cpu rw,relatime,cpu\nv1mount=/sys/fs/cgroup/cpuacct rw,relatime,cpuacct\n"
     comounted = V1_PROBE.replace(separate, "v1mount=/sys/fs/cgroup/cpu,cpuacct rw,cpu,cpuacct\n")
-    layout = parse_probe(Remote("box"), comounted).layout
+    layout = parse_probe("ssh://box", comounted).layout
     assert (layout.version, layout.cpu, layout.cpuacct) == (1, "/sys/fs/cgroup/cpu,cpuacct", None)
-    v2 = parse_probe(Remote("box"), V1_PROBE + "v2=/sys/fs/cgroup\n").layout
+    v2 = parse_probe("ssh://box", V1_PROBE + "v2=/sys/fs/cgroup\n").layout
     assert v2 == plan.Layout(2, "/sys/fs/cgroup")  # v2 with the cpu controller wins, as on the host
 
 
@@ -94,7 +94,7 @@ def test_probe_of_a_comounted_v1_machine_and_of_a_v2_one() -> None:
 )
 def test_probe_says_what_is_missing(change: tuple[str, str], message: str) -> None:
     with pytest.raises(BwlabError, match=message):
-        parse_probe(Remote("box"), V1_PROBE.replace(*change))
+        parse_probe("ssh://box", V1_PROBE.replace(*change))
 
 
 def test_v1_plan_uses_the_cfs_files_and_every_hierarchy() -> None:

@@ -32,6 +32,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from bwlab import results
 from bwlab.errors import BwlabError, last_line
@@ -152,8 +153,9 @@ class Machine:
         return f"{GROUP_TAG}{os.path.basename(self.dir).split('-')[-1]}-"
 
 
-def parse_probe(remote: Remote, text: str) -> Machine:
-    """The probe's key=value lines as a Machine, or a one-line error saying what is missing."""
+def parse_probe(where: str, text: str) -> Machine:
+    """The probe's key=value lines as a Machine, or a one-line error saying what is missing
+    (each begins with `where`: the machine's URL, or a bundle's output)."""
     facts: dict[str, str] = {}
     mounts: list[tuple[str, set[str]]] = []
     for line in text.splitlines():
@@ -165,7 +167,6 @@ def parse_probe(remote: Remote, text: str) -> Machine:
             mounts.append((path, set(opts.split(","))))
         else:
             facts[key] = value.strip()
-    where = remote.url
     if not facts.get("dir", "").startswith("/tmp/bwlab-"):
         raise BwlabError(f"{where}: cannot make a directory in /tmp there (mktemp -d)")
     if not facts.get("ncpu", "").isdigit():
@@ -364,7 +365,7 @@ class SshTarget:
         """What the machine is; the directory the probe made is removed if it is unusable."""
         text = self.remote.run("sh -s", PROBE.encode())
         try:
-            return parse_probe(self.remote, text)
+            return parse_probe(self.remote.url, text)
         except BwlabError:
             made = re.search(r"^dir=(/tmp/bwlab-\w+)$", text, re.MULTILINE)
             if made:
@@ -417,25 +418,8 @@ class SshTarget:
             run = self._session(machine, specs, text, {}, out_dir / "logs" / f"{sc.name}-{self.label}.results.log",
                                 limit, on_line)  # fmt: skip
         output = plan.parse_records(run.text)
-        meta = results.base_meta("ssh", self.label)
-        slice_us = machine.facts.get("slice_us", "")
-        meta.update({
-            "remote": self.remote.url,
-            "remote_hostname": machine.facts.get("hostname"),
-            "policy": self.policy,
-            "sched_features": policies.parse_features(output.features),
-            "kernel_release": machine.facts.get("release"),
-            "source_version": (machine.facts.get("release") or "").split("-")[0] or None,
-            "series_hash": None,
-            "config_hash": None,
-            "hz": hz,
-            "vcpus": machine.ncpu,
-            "slice_us": int(slice_us) if slice_us.isdigit() else None,
-            "cgroup": machine.layout.describe(),
-            "elapsed_s": round(run.elapsed_s, 1),
-        })  # fmt: skip
-        if output.noise:
-            meta["noise"] = base.machine_noise(output.noise)
+        meta = machine_meta("ssh", self.label, machine, hz, output)
+        meta.update({"remote": self.remote.url, "policy": self.policy, "elapsed_s": round(run.elapsed_s, 1)})
         cases = base.case_docs(specs, output.records)
         complete = output.done and not output.errors
         status = "failed" if run.status == "ok" and not complete else run.status
@@ -477,6 +461,29 @@ class SshTarget:
             last = last_line(stdout)
             raise BwlabError(f"{self.remote.url}: test_cpu produced no TAP results: {last}")
         return path, tests
+
+
+def machine_meta(target: str, label: str, machine: Machine, hz: int | None,
+                 output: plan.PlanOutput) -> dict[str, Any]:  # fmt: skip
+    """A result's meta for a plan run on a probed machine (over ssh, or from a bundle): the
+    kernel it runs, as the probe found it, and the noise probes the plan ran."""
+    meta = results.base_meta(target, label)
+    slice_us = machine.facts.get("slice_us", "")
+    meta.update({
+        "remote_hostname": machine.facts.get("hostname"),
+        "sched_features": policies.parse_features(output.features),
+        "kernel_release": machine.facts.get("release"),
+        "source_version": (machine.facts.get("release") or "").split("-")[0] or None,
+        "series_hash": None,
+        "config_hash": None,
+        "hz": hz,
+        "vcpus": machine.ncpu,
+        "slice_us": int(slice_us) if slice_us.isdigit() else None,
+        "cgroup": machine.layout.describe(),
+    })  # fmt: skip
+    if output.noise:
+        meta["noise"] = base.machine_noise(output.noise)
+    return meta
 
 
 def _run_timeout(specs: list[RunSpec]) -> float:
