@@ -16,7 +16,6 @@ LAGS_SERIES = KERNEL_DIR / "lags" / "series"
 DEFAULT_SERIES = KERNEL_DIR / "lab" / "series"
 LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
 DEBUG_CONFIG = KERNEL_DIR / "configs" / "debug.config"
-TRACE_CONFIG = KERNEL_DIR / "configs" / "trace.config"  # tracepoints, for the trace side action
 LOCKSTAT_CONFIG = KERNEL_DIR / "configs" / "lockstat.config"
 WORKLOAD_SRC = REPO_ROOT / "workloads"
 

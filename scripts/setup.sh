@@ -18,6 +18,10 @@ PACKAGES=(
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
+# doctor's JVM pool test needs a JRE: Debian's where the machine has none (Go >= 1.25 for its Go
+# case is expected from the machine: /usr/local/go/bin; tests/prereqs.py checks both)
+if ! command -v java >/dev/null 2>&1; then PACKAGES+=(default-jre-headless); fi
+
 missing=()
 for pkg in "${PACKAGES[@]}"; do
   dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing+=("$pkg")

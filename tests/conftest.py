@@ -8,7 +8,6 @@ import signal
 import subprocess
 import sys
 import time
-import warnings
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,20 +17,53 @@ import pytest
 from bwlab import cgroup, schedtrace
 from bwlab.scenario import builtin_path
 
+import prereqs
+
 REPO = Path(__file__).resolve().parent.parent
 DATA = Path(__file__).resolve().parent / "data"
 
 
 def bwlab(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    """Run the CLI as a user would, in a child process."""
-    return subprocess.run(
-        [sys.executable, "-m", "bwlab.cli", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        env={**os.environ, **(env or {})},
-    )
+    """Run the CLI as a user would, in a child process. Past `timeout` it is killed with every
+    process it started, also those in sessions of their own (QEMU, bpftrace), and the test
+    fails with what it printed."""
+    argv = [sys.executable, "-m", "bwlab.cli", *args]
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, **(env or {})}, start_new_session=True)  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        kill_tree(proc.pid)
+        out, err = proc.communicate()
+        pytest.fail(f"bwlab {' '.join(args)} ran past {timeout:.0f} s and was killed with its children; "
+                    f"stderr: {err[-2000:]}")  # fmt: skip
+    return subprocess.CompletedProcess(argv, proc.returncode, out, err)
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> child pids, of every live process."""
+    tree: dict[int, list[int]] = {}
+    for entry in _live_processes():
+        try:
+            ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, IndexError, ValueError):
+            continue
+        tree.setdefault(ppid, []).append(int(entry.name))
+    return tree
+
+
+def kill_tree(pid: int) -> None:
+    """SIGKILL `pid` and all its descendants, whatever session or process group they are in
+    (stopped first, so that none forks or is reparented while the tree is read)."""
+    tree, found, todo = _children(), [], [pid]
+    while todo:
+        p = todo.pop()
+        found.append(p)
+        todo += tree.get(p, [])
+    for sig in (signal.SIGSTOP, signal.SIGKILL):
+        for p in found:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(p, sig)
 
 
 @pytest.fixture
@@ -52,17 +84,121 @@ def tracefs_state() -> tuple[bool, list[str]]:
 @pytest.fixture(autouse=True)
 def tracefs_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
     """Every test leaves tracefs mounted or not as it found it: bwlab mounts it for a trace only.
-    A test that leaves it mounted is named in the warnings summary, and it is unmounted for the
-    next test (tracefs was found mounted after full runs of the suite, 2026-11-25)."""
+    A test that leaves it mounted fails, and it is unmounted for the next test (tracefs was
+    found mounted after full runs of the suite, 2026-11-25)."""
     was = tracefs_state()[0]
     yield
     if not was and tracefs_state()[0]:
-        warnings.warn(f"{request.node.nodeid} left tracefs mounted at {schedtrace.TRACEFS}", stacklevel=1)
         subprocess.run(["umount", str(schedtrace.TRACEFS)], capture_output=True, check=False)
+        pytest.fail(f"{request.node.nodeid} left tracefs mounted at {schedtrace.TRACEFS} (unmounted now)")
 
 
 def needs_root() -> pytest.MarkDecorator:
+    """Skip where not root, saying so; under CI=true the run has already failed at its start
+    (pytest_sessionstart) if it is not root."""
     return pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups")
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    """Under CI=true every real test runs: a missing prerequisite fails the run here, loudly,
+    instead of skipping the tests that need it (tests/prereqs.py)."""
+    if prereqs.in_ci() and (lacking := prereqs.missing()):
+        pytest.exit(f"CI=true and the real tests' prerequisites are missing: {'; '.join(lacking)}", returncode=3)
+
+
+def lacking(reason: str) -> None:
+    """A test cannot run on this machine: it skips saying why, but fails under CI=true."""
+    if prereqs.in_ci():
+        pytest.fail(f"CI=true: {reason}")
+    pytest.skip(reason)
+
+
+def tool_or_skip(tool: str) -> str:
+    """A program a test needs: its path; where it is missing, the test skips saying so (under
+    CI=true the run already failed at its start)."""
+    found = prereqs.which(tool)
+    if found is None:
+        lacking(f"{tool} is not installed (tests/prereqs.py)")
+    assert found is not None
+    return found
+
+
+# What a test may leave behind that the next one would trip on: processes of the lab's kinds
+# (by comm, 15 characters at most), bwlab groups in every hierarchy, tracefs mounted, the
+# clocksource (a demoted clocksource changes every later timing).
+WATCHED_COMMS = {"qemu-system-x86", "bpftrace", "sysbench", "hackbench", "spin", "cgsample", "cgwrite",
+                 "wakelat", "funcs", "noise", "picks", "cglat", "cgstress"}  # fmt: skip
+CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
+
+
+def watched_processes() -> dict[int, str]:
+    """Running processes of the watched kinds (a zombie has ended: this machine's init, a
+    Firecracker agent, reaps orphans late)."""
+    found = {}
+    for entry in _live_processes():
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :][:1]
+        if comm in WATCHED_COMMS and state != "Z":
+            found[int(entry.name)] = comm
+    return found
+
+
+def bwlab_groups() -> set[Path]:
+    """bwlab-* groups at the top of every mounted hierarchy (v1 controllers, v2, unified)."""
+    root = cgroup.CGROUP_ROOT
+    tops = [root, *(d for d in root.iterdir() if d.is_dir())]
+    return {g for top in tops for g in top.glob("bwlab-*") if g.is_dir()}
+
+
+def remove_group(group: Path) -> None:
+    """Kill what runs in `group` and below, then remove them, deepest first."""
+    for procs in group.rglob("cgroup.procs"):
+        with contextlib.suppress(OSError, ValueError):
+            for pid in procs.read_text().split():
+                kill_tree(int(pid))
+    for _ in range(20):
+        for d in sorted((p for p in group.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                d.rmdir()
+        with contextlib.suppress(OSError):
+            group.rmdir()
+        if not group.exists():
+            return
+        time.sleep(0.1)
+
+
+def steal_ticks() -> int:
+    """The machine's steal time so far (USER_HZ ticks, /proc/stat)."""
+    fields = Path("/proc/stat").read_text().splitlines()[0].split()
+    return int(fields[8]) if len(fields) > 8 else 0
+
+
+@pytest.fixture(autouse=True)
+def leaves_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
+    """Every test leaves the machine as it found it: no lab process it started still running,
+    no bwlab group it made, the clocksource unchanged. What it left is removed (so that the
+    next test starts clean) and the test fails naming it. Steal during the test is recorded
+    (`steal_s` in the junit properties) for timing failures to be read against."""
+    procs, groups = watched_processes(), bwlab_groups()
+    clock = CLOCKSOURCE.read_text().strip() if CLOCKSOURCE.is_file() else ""
+    steal = steal_ticks()
+    yield
+    request.node.user_properties.append(("steal_s", (steal_ticks() - steal) / os.sysconf("SC_CLK_TCK")))
+    left_procs = {p: c for p, c in watched_processes().items() if p not in procs}
+    left_groups = bwlab_groups() - groups
+    now_clock = CLOCKSOURCE.read_text().strip() if CLOCKSOURCE.is_file() else ""
+    for pid in left_procs:
+        kill_tree(pid)
+    for group in left_groups:
+        remove_group(group)
+    problems = [f"processes still running: {sorted(left_procs.items())}"] if left_procs else []
+    problems += [f"groups left: {sorted(map(str, left_groups))}"] if left_groups else []
+    problems += [f"clocksource changed: {clock} -> {now_clock}"] if now_clock != clock else []
+    if problems:
+        pytest.fail(f"{request.node.nodeid} left the machine changed: {'; '.join(problems)}")
 
 
 def _live_processes() -> Iterator[Path]:

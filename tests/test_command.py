@@ -21,7 +21,7 @@ from bwlab.errors import BwlabError
 from bwlab.workloads import command
 from bwlab.workloads.base import Resolved
 
-from conftest import bwlab, needs_root
+from conftest import bwlab, needs_root, tool_or_skip
 
 # Spins on one thread for the given milliseconds of wall time, printing how many loops it
 # made and one "latency" sample per 100 ms; exits with the status given as argv[2].
@@ -69,8 +69,7 @@ metrics = "json-last-line"
 
 @pytest.fixture(scope="module")
 def spin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if shutil.which("cc") is None:
-        pytest.skip("needs a C compiler")
+    tool_or_skip("cc")
     work = tmp_path_factory.mktemp("spin")
     (work / "spin.c").write_text(SPIN_C)
     subprocess.run(["cc", "-static", "-O1", "-Wall", "-Wextra", "-Werror", "-o", str(work / "spin"),

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab.paths import TRACE_CONFIG, cache_root
+from bwlab.paths import cache_root
 from bwlab.targets import qemu
 
 from conftest import (
@@ -210,29 +210,20 @@ def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
 
 
-@pytest.fixture(scope="module")
-def trace_kernel_key() -> str:
-    """7.3.4 as the lab builds it plus tracepoints (kernel/configs/trace.config)."""
-    assert bwlab("kernel", "fetch", timeout=1800).returncode == 0
-    build = bwlab("kernel", "build", "--baseline", "--config", str(TRACE_CONFIG), timeout=3600)
-    assert build.returncode == 0, build.stderr[-2000:]
-    return build.stdout.split()[0]
-
-
-def test_the_traced_truth_in_a_guest(trace_kernel_key: str, tmp_path: Path) -> None:
+def test_the_traced_truth_in_a_guest(kernel_key: str, tmp_path: Path) -> None:
     """The trace side action in a 7.3.4 guest (cgroup v2, ftrace from its busybox shell),
     beside the below-quota scenario, whose demand is known: the truth calls the periods at
     demand == quota below quota and those at twice it over-use (>= 95 % each), with the period
     timer found at nearly every sampled boundary and no event dropped."""
-    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--target", "guest", "--kernel", trace_kernel_key,
+    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--target", "guest", "--kernel", kernel_key,
                  "--reps", "1", "--out", str(tmp_path), timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads((tmp_path / "below-quota-guest-baseline-trace.json").read_text())
+    doc = json.loads((tmp_path / "below-quota-guest-baseline.json").read_text())
     assert doc["meta"]["splats"] == []
     assert_truth_knows_known_demand(doc, detector_too=False)
 
 
-def test_the_detector_against_traced_bursts_on_v2(trace_kernel_key: str, tmp_path: Path) -> None:
+def test_the_detector_against_traced_bursts_on_v2(kernel_key: str, tmp_path: Path) -> None:
     """The below-quota-bursts scenario in a guest with tracepoints (cgroup v2): each repetition
     of the detector agrees with the traced truth as assert_agrees_with_truth asks, except that
     up to a fifth of its below-quota calls may be wrong (three however few), not a tenth: at
@@ -241,10 +232,10 @@ def test_the_detector_against_traced_bursts_on_v2(trace_kernel_key: str, tmp_pat
     found: 54-100 % per repetition, 89.0 % pooled), and at 100 ms two over-use periods called
     below however few: those 16 repetitions had 0-2 of 1-44 throttled periods, each within
     3 % of the quota of the line."""
-    proc = bwlab("run", "below-quota-bursts", "--target", "guest", "--kernel", trace_kernel_key, "--reps", "1",
+    proc = bwlab("run", "below-quota-bursts", "--target", "guest", "--kernel", kernel_key, "--reps", "1",
                  "--duration", "15", "--out", str(tmp_path), timeout=1200)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
-    doc = json.loads((tmp_path / "below-quota-bursts-guest-baseline-trace.json").read_text())
+    doc = json.loads((tmp_path / "below-quota-bursts-guest-baseline.json").read_text())
     assert doc["meta"]["splats"] == []
     for case in doc["cases"]:
         for rep in case["reps"]:

@@ -230,6 +230,7 @@ def test_the_detector_knows_below_quota_from_over_use_on_v1(tmp_path: Path) -> N
     read by the per-period detector, call the throttled periods at demand == quota below
     quota (>= 95 %) and those at twice the quota over-use (>= 95 %); the issue's precision and
     recall on each known workload."""
+    groups_before = set(bwlab_dirs())
     proc = bwlab("run", "below-quota", "--target", "host", "--out", str(tmp_path), timeout=600)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "below-quota-host.json").read_text())
@@ -240,7 +241,7 @@ def test_the_detector_knows_below_quota_from_over_use_on_v1(tmp_path: Path) -> N
             assert m["nr_throttled"] >= 0.2 * m["nr_periods"], m  # ~50 % at demand == quota, ~100 % at twice
             share = m["below_quota_share"]
             assert (share >= 0.95) if want_below else (share <= 0.05), (case, m)
-    assert not bwlab_dirs()
+    assert set(bwlab_dirs()) == groups_before
 
 
 def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:
@@ -249,19 +250,21 @@ def test_the_traced_truth_agrees_with_known_demand(tmp_path: Path) -> None:
     twice the quota over-use (>= 95 % each), its period timer is found at nearly every sampled
     boundary, and the detector's precision and recall against it follow. The host's tracefs
     is left as it was found (mounted or not, no instance of ours)."""
+    groups_before = set(bwlab_dirs())
     before = tracefs_state()
     proc = bwlab("run", str(traced_below_quota(tmp_path)), "--target", "host", "--reps", "2", "--out", str(tmp_path),
                  timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert tracefs_state() == before
     assert_truth_knows_known_demand(json.loads((tmp_path / "below-quota-host.json").read_text()), detector_too=True)
-    assert not bwlab_dirs()
+    assert set(bwlab_dirs()) == groups_before
 
 
 def test_the_detector_against_traced_bursts(tmp_path: Path) -> None:
     """The below-quota-bursts scenario on this host (wakelat's Poisson bursts at 100 and 10 ms,
     cgsample stepping its threads, ftrace's truth): each repetition agrees with the truth as
     assert_agrees_with_truth asks; the pooled figures are printed (docs/live.md has more runs)."""
+    groups_before = set(bwlab_dirs())
     proc = bwlab("run", "below-quota-bursts", "--target", "host", "--reps", "2", "--duration", "15", "--out",
                  str(tmp_path), timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
@@ -270,4 +273,4 @@ def test_the_detector_against_traced_bursts(tmp_path: Path) -> None:
         pooled = [assert_agrees_with_truth(r["metrics"], case["case"]) for r in case["reps"]]
         truly, called, both = (sum(x) for x in zip(*pooled, strict=True))
         print(f"{case['case']}: truly below {truly}, called {called}, both {both}")
-    assert not bwlab_dirs()
+    assert set(bwlab_dirs()) == groups_before

@@ -130,3 +130,34 @@ def test_read_cover_of_the_lags_cover_letter() -> None:
     assert cover.prefix == "RFC PATCH" and cover.subject.startswith("sched/fair: ")
     assert "prerequisite-patch-id:" not in cover.blurb and "base-commit" not in cover.blurb
     assert len(cover.blurb.splitlines()) <= 120
+
+
+def test_a_tree_cloned_from_the_cached_base_has_the_base_commit_of_a_fresh_one(tmp_path: Path,
+                                                                               empty_cache: Path) -> None:  # fmt: skip
+    """kernel/git.py: a fetched source is committed once into the cache and trees are clones of
+    it; the base commit (what the cover letter's base-commit names) is the one committing the
+    tree afresh gives, and the series applies on it as before."""
+    from bwlab.kernel import git as kernel_git
+    from bwlab.kernel.source import KernelSource
+
+    tree = tmp_path / "src"
+    (tree / "kernel/sched").mkdir(parents=True)
+    (tree / "kernel/sched/fair.c").write_text("int x;\n")
+    (tree / "scripts").mkdir()
+    (tree / "scripts/run.sh").write_text("#!/bin/sh\n")
+    (tree / "scripts/run.sh").chmod(0o755)
+    (tree / ".gitignore").write_text("*.sh\n")  # ignored files are committed too (-f)
+    patch = tmp_path / "0001.patch"
+    patch.write_text(PATCH.replace(export.PLACEHOLDER, "A <a@b>").split("---\n")[0] + "---\n"
+                     " kernel/sched/fair.c | 1 +\n 1 file changed, 1 insertion(+)\n\n"
+                     "diff --git a/kernel/sched/fair.c b/kernel/sched/fair.c\n--- a/kernel/sched/fair.c\n"
+                     "+++ b/kernel/sched/fair.c\n@@ -1 +1,2 @@\n int x;\n+int y;\n-- \n2.39.5\n")  # fmt: skip
+    series = kernel_build.Series(path=None, patches=(patch,))
+    fresh = kernel_git.git_tree(KernelSource(tree, "7.3.4", "user:src"), series, tmp_path / "fresh")
+    cached_source = KernelSource(tree, "7.3.4", "debian:linux-source-7.3=7.3.4-1")
+    first = kernel_git.git_tree(cached_source, series, tmp_path / "first")
+    second = kernel_git.git_tree(cached_source, series, tmp_path / "second")
+    assert fresh == first == second
+    assert len(list((empty_cache / "git").glob("7.3.4-*.git"))) == 1
+    assert (tmp_path / "second/scripts/run.sh").stat().st_mode & 0o111
+    assert (tmp_path / "second/kernel/sched/fair.c").read_text() == "int x;\nint y;\n"

@@ -15,7 +15,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -31,7 +30,8 @@ from bwlab.targets.host import kernel_hz
 from bwlab.workloads import programs, wakelat
 from bwlab.workloads.trace import read_trace
 
-from conftest import REPO, bwlab, needs_root, running_in_group, started_in
+import prereqs
+from conftest import REPO, bwlab, lacking, needs_root, running_in_group, started_in, tool_or_skip
 
 pytestmark = needs_root()
 
@@ -115,7 +115,7 @@ def test_a_whole_cpu_quota_and_the_cpus_it_may_use(cpus: str | None, expect: str
     names that. Either way the commands it gives in place of the quota, run as given, leave
     the group unthrottled, on the CPUs they name, at one CPU at most."""
     if NCPU < 2 or (cpus is not None and not Path("/sys/fs/cgroup/cpuset/cpuset.cpus").is_file()):
-        pytest.skip("needs two CPUs (and a v1 cpuset hierarchy for the cpuset case)")
+        lacking("needs two CPUs (and a v1 cpuset hierarchy for the cpuset case)")
     hier = cgroup.detect()
     argv = [str(programs.resolve("sysbench")), "cpu", "--threads=1", "--time=60", "run"]
     with hier.group(cgroup.unique_name("pin"), 10000, 10000, 0, cpus) as grp, started_in(grp, argv):
@@ -565,12 +565,14 @@ def test_mixed_demand_per_period_truth(tmp_path: Path) -> None:
     assert counts["tp"] / (counts["tp"] + counts["fn"]) >= 0.95, counts  # recall
 
 
-def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path) -> None:
+@pytest.mark.parametrize("runtime", ["prometheus", "go", "jvm"])
+def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path, runtime: str) -> None:
     """Contract: doctor reads what sizes the thread pools of the Go programs and JVMs in the
     group from the running processes, and reports each pool's size as that runtime picks it
     under the group's 1-CPU quota: Debian's Prometheus (Go, the version it reports), alone and
-    with GOMAXPROCS=1 in its environment; a Go 1.25+ program and a JVM where a toolchain is
-    installed (skipped otherwise)."""
+    with GOMAXPROCS=1 in its environment; a Go 1.25+ program of the machine's toolchain; a JVM,
+    alone and with -XX:ActiveProcessorCount=3. A missing toolchain skips its case, saying so
+    (under CI=true the run fails at its start instead: tests/prereqs.py)."""
     import socket
 
     def port() -> int:
@@ -578,20 +580,23 @@ def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path) -> 
             s.bind(("127.0.0.1", 0))
             return int(s.getsockname()[1])
 
-    (tmp_path / "empty.yml").write_text("global: {}\n")
-    prometheus = [
-        "prometheus",
-        "--log.level=error",
-        f"--config.file={tmp_path / 'empty.yml'}",
-        f"--storage.tsdb.path={tmp_path / 'tsdb'}",
-    ]
-    reported = subprocess.run(["prometheus", "--version"], capture_output=True, text=True, check=True)
-    go_version = reported.stdout.split("go version:")[1].split()[0]  # "go1.19.8"
-    major, minor = (int(x) for x in go_version.removeprefix("go").split(".")[:2])
-    listen = [f"--web.listen-address=127.0.0.1:{port()}", f"--web.listen-address=127.0.0.1:{port()}"]
-    cases = [([*prometheus, listen[0]], "go", go_version, min(NCPU, 2) if (major, minor) >= (1, 25) else NCPU),
-             (["env", "GOMAXPROCS=1", *prometheus, listen[1]], "go", go_version, 1)]  # fmt: skip
-    if (go := shutil.which("go")) is not None:
+    cases: list[tuple[list[str], str, str | None, int]] = []
+    if runtime == "prometheus":
+        (tmp_path / "empty.yml").write_text("global: {}\n")
+        prometheus = [
+            tool_or_skip("prometheus"),
+            "--log.level=error",
+            f"--config.file={tmp_path / 'empty.yml'}",
+            f"--storage.tsdb.path={tmp_path / 'tsdb'}",
+        ]
+        reported = subprocess.run([prometheus[0], "--version"], capture_output=True, text=True, check=True)
+        go_version = reported.stdout.split("go version:")[1].split()[0]  # "go1.19.8"
+        major, minor = (int(x) for x in go_version.removeprefix("go").split(".")[:2])
+        listen = [f"--web.listen-address=127.0.0.1:{port()}", f"--web.listen-address=127.0.0.1:{port()}"]
+        cases = [([*prometheus, listen[0]], "go", go_version, min(NCPU, 2) if (major, minor) >= (1, 25) else NCPU),
+                 (["env", "GOMAXPROCS=1", *prometheus, listen[1]], "go", go_version, 1)]  # fmt: skip
+    elif runtime == "go":
+        go = tool_or_skip("go")
         (tmp_path / "sleep.go").write_text('package main\nimport "time"\nfunc main() { time.Sleep(time.Minute) }\n')
         env = {**os.environ, "GOCACHE": str(tmp_path / "gocache"), "GOTOOLCHAIN": "local"}
         built = subprocess.run([go, "build", "-o", str(tmp_path / "sleep"), str(tmp_path / "sleep.go")],
@@ -599,22 +604,23 @@ def test_go_and_jvm_pools_are_read_from_the_running_programs(tmp_path: Path) -> 
         assert built.returncode == 0, built.stderr
         version = subprocess.run([go, "version", str(tmp_path / "sleep")], capture_output=True, text=True).stdout
         toolchain = version.split()[1]
-        if tuple(int(x) for x in toolchain.removeprefix("go").split(".")[:2]) >= (1, 25):
-            cases.append(([str(tmp_path / "sleep")], "go", toolchain, min(NCPU, 2)))  # 1 CPU rounded up, at least 2
-    if (java := shutil.which("java")) is not None:
+        assert tuple(int(x) for x in toolchain.removeprefix("go").split(".")[:2]) >= prereqs.GO_MIN, toolchain
+        cases.append(([str(tmp_path / "sleep")], "go", toolchain, min(NCPU, 2)))  # 1 CPU rounded up, at least 2
+    else:
+        java = tool_or_skip("java")
         (tmp_path / "Sleep.java").write_text("class Sleep { public static void main(String[] a) throws Exception "
                                              "{ Thread.sleep(60000); } }\n")  # fmt: skip
         said = subprocess.run([java, "-version"], capture_output=True, text=True).stderr  # 'openjdk version "17.0.15"'
         jdk = said.split('"')[1] if said.count('"') >= 2 else None
         cases.append(([java, str(tmp_path / "Sleep.java")], "jvm", jdk, 1))  # container support: ceil(1 CPU)
         cases.append(([java, "-XX:ActiveProcessorCount=3", str(tmp_path / "Sleep.java")], "jvm", jdk, 3))
-    for argv, runtime, version, size in cases:
+    for argv, kind, version, size in cases:
         with running_in_group("pool", 100000, 100000, argv) as grp:
-            time.sleep(2 if runtime == "jvm" else 0.5)  # the JVM compiles the source first
+            time.sleep(2 if kind == "jvm" else 0.5)  # the JVM compiles the source first
             facts = doctor(grp, 1, "--no-predict")["facts"]
             assert isinstance(facts, dict)
             pools = facts["pools"]
             assert len(pools) == 1, (argv, pools)
             pool = pools[0]
-            assert pool["runtime"] == runtime and pool["size"] == size, (argv, pool)
+            assert pool["runtime"] == kind and pool["size"] == size, (argv, pool)
             assert version is None or pool["version"] == version, (argv, pool)

@@ -111,11 +111,15 @@ def ssh_args(server: Sshd) -> list[str]:
     return ["--target", "ssh://bwlab-test", "--ssh-config", str(server.config)]
 
 
-def leftovers(dirs_before: set[Path]) -> list[str]:
-    """What a run may leave on the "remote" (this machine): groups, run directories,
-    processes started from a run directory."""
-    found = [str(g) for root in V1_ROOTS if root.is_dir() for g in root.iterdir() if g.name.startswith("bwlab-")]
-    found += [str(d) for d in set(Path("/tmp").glob("bwlab-*")) - dirs_before if d.is_dir() and len(d.name) == 12]
+def _groups() -> set[Path]:
+    return {g for root in V1_ROOTS if root.is_dir() for g in root.iterdir() if g.name.startswith("bwlab-")}
+
+
+def leftovers(before: set[Path]) -> list[str]:
+    """What a run may leave on the "remote" (this machine), beyond what was there `before`
+    (_run_dirs()): groups, run directories, processes started from a run directory."""
+    found = [str(g) for g in _groups() - before]
+    found += [str(d) for d in set(Path("/tmp").glob("bwlab-*")) - before if d.is_dir() and len(d.name) == 12]
     found += [f"pid {pid}: {cmd}" for pid, cmd in _processes() if RUN_DIR.search(cmd)]
     return found
 
@@ -135,7 +139,8 @@ def _processes() -> list[tuple[int, str]]:
 
 
 def _run_dirs() -> set[Path]:
-    return set(Path("/tmp").glob("bwlab-*"))
+    """The run directories and groups there are before a run (another test's, or a user's)."""
+    return set(Path("/tmp").glob("bwlab-*")) | _groups()
 
 
 def _shape(doc: dict[str, object]) -> list[tuple[str, list[list[str]]]]:

@@ -237,7 +237,7 @@ def clean(all_images: bool) -> list[Path]:
 
 
 @contextmanager
-def _locked(path: Path) -> Iterator[None]:
+def locked(path: Path) -> Iterator[None]:
     path.parent.mkdir(parents=True, exist_ok=True)
     with path.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
@@ -356,7 +356,7 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
     if existing is not None:
         return existing
     work = builds_dir() / variant.key
-    with _locked(builds_dir() / f"{variant.key}.lock"):
+    with locked(builds_dir() / f"{variant.key}.lock"):
         existing = cached_image(variant)
         if existing is not None:
             return existing
