@@ -788,3 +788,36 @@ def test_processes_come_with_the_quota_of_the_cgroup_they_are_in(tmp_path: Path)
     (tmp_path / "cpu" / f"kubepods/pod{UID}" / "cgroup.procs").write_text("11\n")
     (tmp_path / "cpu" / f"kubepods/pod{UID}/{CID}" / "cgroup.procs").write_text("12\n13\n")
     assert sorted(pod.processes()) == [(11, 1.5), (12, None), (13, None)]  # the container has no quota of its own
+
+
+class FakeTracer:
+    """ebpf.Tracer's shape, for start_tracing: records what it traced and whether it closed."""
+
+    made: list[FakeTracer] = []
+
+    def __init__(self, tids: list[int]) -> None:
+        self.tids, self.closed = list(tids), False
+        FakeTracer.made.append(self)
+
+    def wait_attached(self) -> None:
+        pass
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def test_a_thread_born_while_bpftrace_attaches_is_traced(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The group's threads are read again once bpftrace is attached; a thread born between the
+    first read and the attach (it would be missing from the trace) gets bpftrace started again
+    with it; threads that keep coming are one line after three tries."""
+    monkeypatch.setattr(ebpf, "Tracer", FakeTracer)
+    FakeTracer.made = []
+    reads = iter([[10], [10, 11, 12], [10, 11, 12]])
+    tracer = ebpf.start_tracing(lambda: next(reads))
+    assert [t.tids for t in FakeTracer.made] == [[10], [10, 11, 12]]
+    assert FakeTracer.made[0].closed and not FakeTracer.made[1].closed and tracer is FakeTracer.made[1]
+    FakeTracer.made = []
+    count = iter(range(1, 100))
+    with pytest.raises(BwlabError, match="threads kept changing while bpftrace attached"):
+        ebpf.start_tracing(lambda: list(range(next(count))))
+    assert len(FakeTracer.made) == 3 and all(t.closed for t in FakeTracer.made)

@@ -93,7 +93,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
     recorder = threads.ThreadRecorder(tids, len(allowed))
     stepper = threads.Stepper.of(recorder, group.threads, interval_s, threads.STEP_S)
-    tracer = ebpf.Tracer(recorder.tids) if traced else None  # closed below, whatever happens
+    tracer = ebpf.start_tracing(group.threads) if traced else None  # attached; closed below, whatever happens
 
     def on_sample(t: float, stat: bytes, parse: Callable[[], Sample]) -> None:
         stepper.feed(t, sampler.nr_periods(stat), parse)
@@ -105,8 +105,6 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, threads.STEP_S) if sparse else None
 
     try:
-        if tracer is not None:
-            tracer.wait_attached()
         with sampler.prompt() as short_slice:
             samples = sampler.sample(group, seconds, interval_s, on_sample, schedule)
         trace = tracer.stop() if tracer is not None else None
