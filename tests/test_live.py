@@ -10,6 +10,7 @@ import math
 import os
 import random
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -793,7 +794,7 @@ def test_processes_come_with_the_quota_of_the_cgroup_they_are_in(tmp_path: Path)
 class FakeTracer:
     """ebpf.Tracer's shape, for start_tracing: records what it traced and whether it closed."""
 
-    made: list[FakeTracer] = []
+    made: ClassVar[list[FakeTracer]] = []
 
     def __init__(self, tids: list[int]) -> None:
         self.tids, self.closed = list(tids), False
