@@ -55,8 +55,10 @@ def base_repo(source: KernelSource) -> Path | None:
         repo.mkdir(parents=True)
         _git(repo, env, "init", "-q", "--bare")
         _commit_source(source, repo, env, source.path)
-        _git(repo, env, "repack", "-a", "-d", "-q")
-        _git(repo, env, "prune")
+        # one pack, fast: no delta search and zlib level 1 (a single commit gains little from
+        # deltas; 31 s against 87 s at git's defaults here, 366 against 402 MB, 2026-11-26),
+        # so that a clone's checkout reads one file (15 s) rather than 80,000 loose objects (31 s)
+        _git(repo, env, "-c", "pack.compression=1", "repack", "-a", "-d", "-q", "--window=0", "--depth=0")
         (repo / "bwlab-complete").touch()
     return repo
 
