@@ -125,6 +125,11 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         assert len(off) <= max(2, 0.05 * len(found)), (len(found), off[:10])
         near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
+        # the quantities the bounds are on, one line per case, for their distribution (docs/testing.md)
+        print(
+            f"traced_demand threads={threads} share={share}: throttled {len(found)} of {len(doc['per_period'])}, "
+            f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}"
+        )
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
         if share == 2.0:
             # over the quota for the period's length: a period cut short by a late timer before it
@@ -132,6 +137,7 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
             # 1, so about 8.6 ms long)
             demands = [float(p["demand_us"]) / (quota * n / period)  # type: ignore[arg-type]
                        for p, n in zip(found, lengths, strict=True)]  # fmt: skip
+            print(f"traced_demand twice the quota: demand / quota min {min(demands):.3f}")
             assert all(d >= 1.8 for d in demands), sorted(demands)[:5]
 
 
