@@ -64,14 +64,9 @@ class Part:
 
 
 def needs_hz(sc: Scenario, ncpu: int) -> bool:
-    """Whether the scenario's settings depend on the kernel's HZ (a burst in ticks)."""
-    try:
-        sc.resolve(ncpu, None)
-    except BwlabError as exc:
-        if "HZ" in str(exc):
-            return True
-        raise
-    return False
+    """Whether the scenario's settings depend on the kernel's HZ (a burst in ticks): its cases
+    resolve differently at the lowest and the highest HZ."""
+    return sc.resolve(ncpu, HZ_CHOICES[0]) != sc.resolve(ncpu, HZ_CHOICES[-1])
 
 
 def check_static(name: str, path: Path) -> None:
@@ -81,7 +76,7 @@ def check_static(name: str, path: Path) -> None:
         head = fh.read(64)
         if head.startswith(b"#!"):
             line = (head + fh.read(200)).split(b"\n")[0].decode(errors="replace")
-            if line.split()[0] in ("#!/bin/sh",) or line.startswith("#!/bin/sh "):
+            if line.split()[0] == "#!/bin/sh":
                 return
             raise BwlabError(f"bundle: {name} is a script for {line[2:].strip()}, which the target may lack "
                              "(a bundle carries static programs and /bin/sh scripts)")  # fmt: skip
@@ -127,15 +122,15 @@ def render(parts: list[Part], ncpus: list[int],
                 for spec in specs:
                     spec.workload.require_real()
                 cpuset = cpuset or any(s.cpus is not None for s in specs)
-                for name, path in ssh.programs_for(specs).items():
-                    check_static(name.removeprefix("bin/"), path)
-                    programs[name] = path
+                programs.update(ssh.programs_for(specs))
                 key = f"n{ncpu}" if hz is None else f"n{ncpu}-hz{hz}"
                 for lname, layout in LAYOUTS.items():
                     prefix = ssh.Machine({}, layout, RUN_DIR).group_prefix
                     text = plan.render_plan(specs, None, layout, BIN, RUN_DIR, prefix, restore=True)
                     texts[f"plans/{lname}/{key}/{k}.sh"] = text
                 plans.append(f"{key}/{k}")
+    for name, path in programs.items():
+        check_static(name.removeprefix("bin/"), path)
     for lname, layout in LAYOUTS.items():
         machine = ssh.Machine({}, layout, RUN_DIR)
         texts[f"plans/{lname}/cleanup.sh"] = ssh.cleaner(machine)
