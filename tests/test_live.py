@@ -813,12 +813,12 @@ def test_a_thread_born_while_bpftrace_attaches_is_traced(monkeypatch: pytest.Mon
     with it; threads that keep coming are one line after three tries."""
     monkeypatch.setattr(ebpf, "Tracer", FakeTracer)
     FakeTracer.made = []
-    reads = iter([[10], [10, 11, 12], [10, 11, 12]])
-    tracer = ebpf.start_tracing(lambda: next(reads))
+    reads = iter([[10, 11, 12], [10, 11, 12]])
+    tracer = ebpf.start_tracing([10], lambda: next(reads))
     assert [t.tids for t in FakeTracer.made] == [[10], [10, 11, 12]]
     assert FakeTracer.made[0].closed and not FakeTracer.made[1].closed and tracer is FakeTracer.made[1]
     FakeTracer.made = []
-    count = iter(range(1, 100))
+    count = iter(range(2, 100))
     with pytest.raises(BwlabError, match="threads kept changing while bpftrace attached"):
-        ebpf.start_tracing(lambda: list(range(next(count))))
+        ebpf.start_tracing([0], lambda: list(range(next(count))))
     assert len(FakeTracer.made) == 3 and all(t.closed for t in FakeTracer.made)

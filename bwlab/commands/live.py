@@ -93,7 +93,8 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
     recorder = threads.ThreadRecorder(tids, len(allowed))
     stepper = threads.Stepper.of(recorder, group.threads, interval_s, threads.STEP_S)
-    tracer = ebpf.start_tracing(group.threads) if traced else None  # attached; closed below, whatever happens
+    # attached to every thread the group has by then; closed below, whatever happens
+    tracer = ebpf.start_tracing(recorder.tids, group.threads) if traced else None
 
     def on_sample(t: float, stat: bytes, parse: Callable[[], Sample]) -> None:
         stepper.feed(t, sampler.nr_periods(stat), parse)

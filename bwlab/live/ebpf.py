@@ -96,13 +96,12 @@ def parse(text: str, start: float, end: float, initially: dict[int, bool]) -> Tr
     return schedtrace.build(events, start, end, initially)
 
 
-def start_tracing(threads_now: Callable[[], list[int]], tries: int = 3) -> Tracer:
-    """A tracer attached for every thread the group has once bpftrace is attached. The thread
-    list is read before bpftrace starts, and bpftrace follows only the forks it sees, after it
+def start_tracing(tids: list[int], threads_now: Callable[[], list[int]], tries: int = 3) -> Tracer:
+    """A tracer attached for every thread the group has once bpftrace is attached. `tids` is
+    the list read before bpftrace starts, and bpftrace follows only the forks it sees, after it
     has attached (1-2 s later): a thread born in between would be missing from the trace and its
     demand unseen (sysbench's workers, forked as doctor starts). So the list is read again once
     attached, and bpftrace started again with the union while it grew, `tries` times at most."""
-    tids = threads_now()
     for _ in range(tries):
         tracer = Tracer(tids)
         try:
