@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Set up, then run every check: ruff, mypy, the simulator's rustfmt, clippy and cargo tests,
-# and pytest (unit tests plus real host-cgroup, QEMU-guest and simulator tests).
+# and pytest: the unit tests in parallel, then the real host-cgroup, QEMU-guest and simulator
+# tests one at a time. Arguments go to a single pytest run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
@@ -10,5 +11,9 @@ bash scripts/setup.sh
 if ! command -v cargo >/dev/null 2>&1; then export PATH="$HOME/.cargo/bin:$PATH"; fi
 (cd sim && cargo fmt --check && cargo clippy --release --all-targets -q -- -D warnings \
   && cargo clippy --release --features python -q -- -D warnings && cargo test --release -q)
-# --durations: the slowest tests in CI's log, where its 90-minute budget goes
-exec .venv/bin/pytest -v -ra --durations=30 "$@"
+# --durations: the slowest tests in CI's log, where its 90-minute budget goes.
+if [ $# -gt 0 ]; then exec .venv/bin/pytest -v -ra --durations=30 "$@"; fi
+# The unit tests in parallel, one worker per CPU; then the real tests (marker `real`: cgroups,
+# QEMU, tracing, timing windows, see tests/conftest.py) one at a time on a quiet machine.
+.venv/bin/pytest -v -ra --durations=10 -n "$(nproc)" -m "not real"
+exec .venv/bin/pytest -v -ra --durations=30 -m real

@@ -94,9 +94,22 @@ def tracefs_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def needs_root() -> pytest.MarkDecorator:
-    """Skip where not root, saying so; under CI=true the run has already failed at its start
+    """A real test: it needs root, and skips where it is not (saying so, in
+    pytest_collection_modifyitems); under CI=true the run has already failed at its start
     (pytest_sessionstart) if it is not root."""
-    return pytest.mark.skipif(os.geteuid() != 0, reason="needs root to create cgroups")
+    return pytest.mark.real
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test that touches the machine (cgroups, QEMU, tracing, timing windows) is marked
+    `real`: the real tests' modules (`*_real.py`) and every test marked `real`, `host` or
+    `guest`. scripts/test.sh runs the others in parallel and these one at a time, on a machine
+    otherwise quiet. Where this is not root, the real tests skip, saying why."""
+    for item in items:
+        if item.path.name.endswith("_real.py") or any(item.get_closest_marker(n) for n in ("host", "guest")):
+            item.add_marker(pytest.mark.real)
+        if item.get_closest_marker("real") and os.geteuid() != 0:
+            item.add_marker(pytest.mark.skip(reason="needs root to create cgroups"))
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -182,6 +195,11 @@ def leaves_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
     no bwlab group it made, the clocksource unchanged. What it left is removed (so that the
     next test starts clean) and the test fails naming it. Steal during the test is recorded
     (`steal_s` in the junit properties) for timing failures to be read against."""
+    if os.environ.get("PYTEST_XDIST_WORKER") and not request.node.get_closest_marker("real"):
+        # Unit tests in parallel workers start none of these; another worker's would be
+        # counted (and killed) as this test's.
+        yield
+        return
     procs, groups = watched_processes(), bwlab_groups()
     clock = CLOCKSOURCE.read_text().strip() if CLOCKSOURCE.is_file() else ""
     steal = steal_ticks()

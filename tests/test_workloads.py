@@ -16,6 +16,10 @@ from bwlab.errors import BwlabError
 from bwlab.stats import percentile
 from bwlab.workloads import programs, wakelat
 
+# Tests whose counts and rates need the CPUs to themselves: run with the real tests, one at a
+# time, never beside a parallel worker (scripts/test.sh).
+timing = pytest.mark.real
+
 
 @pytest.fixture(scope="module")
 def bindir() -> Path:
@@ -28,6 +32,7 @@ def test_workloads_are_static(bindir: Path) -> None:
         assert "statically linked" in out or "static-pie" in out, out
 
 
+@timing
 def test_cglat_records_sleeps(bindir: Path) -> None:
     proc = subprocess.run(
         [str(bindir / "cglat"), "-b", "2", "-s", "10000", "-d", "1"], capture_output=True, text=True, timeout=30
@@ -81,6 +86,7 @@ def test_wakelat_percentiles_are_nearest_rank(bindir: Path) -> None:
     assert proc.returncode == 2 and "got 'x'" in proc.stderr
 
 
+@timing
 def test_wakelat_serves_requests_at_the_rate(bindir: Path) -> None:
     proc = subprocess.run([str(bindir / "wakelat"), "-m", "1", "-t", "2", "-r", "200", "-c", "500", "-d", "1"],
                           capture_output=True, text=True, timeout=30)  # fmt: skip
@@ -95,6 +101,7 @@ def test_wakelat_serves_requests_at_the_rate(bindir: Path) -> None:
     assert req["n"] == doc["completed"]
 
 
+@timing
 def test_wakelat_bursty_arrivals(bindir: Path) -> None:
     # Poisson arrivals in batches of 4 (the same mean rate, posted 4 at a time), workers with a
     # 100 us EEVDF slice
@@ -106,6 +113,7 @@ def test_wakelat_bursty_arrivals(bindir: Path) -> None:
     assert 200 <= doc["completed"] <= 700 and (doc["posted"] + doc["dropped"]) % 4 == 0
 
 
+@timing
 def test_wakelat_warm_up_is_not_counted(bindir: Path) -> None:
     """-w 0.5 of -d 1.5 at 200 requests/s: about 300 posted, about 200 counted; every counted
     request has its sample (kept per worker, merged at the end: 2 message threads x 3 workers)."""
@@ -132,6 +140,7 @@ def run_funcs(bindir: Path, *args: str, timeout: float = 60) -> subprocess.Compl
     return subprocess.run([str(bindir / "funcs"), *args], capture_output=True, text=True, timeout=timeout)
 
 
+@timing
 def test_funcs_offers_the_load(bindir: Path) -> None:
     # 4 functions sharing 0.5 CPU of load, 2 ms median requests, bursts of 200 ms ON / 200 ms OFF
     proc = run_funcs(bindir, "-n", "4", "-l", "0.5", "-c", "1", "-m", "2000", "-s", "0.5", "-B", "200",
@@ -192,6 +201,7 @@ def test_funcs_rejects_bad_args(bindir: Path, args: list[str]) -> None:
     assert proc.returncode == 2 and proc.stdout == ""
 
 
+@timing
 def test_noise_accounts_for_every_microsecond(bindir: Path) -> None:
     proc = subprocess.run([str(bindir / "noise"), "-t", "2", "-d", "1"], capture_output=True, text=True, timeout=30)
     assert proc.returncode == 0, proc.stderr
@@ -213,6 +223,7 @@ def test_noise_accounts_for_every_microsecond(bindir: Path) -> None:
     assert all(0 <= t < 1_000_000 for t in doc["timer_late_us"])
 
 
+@timing
 def test_noise_timer_interval(bindir: Path) -> None:
     def late(*args: str) -> dict[str, float]:
         proc = subprocess.run([str(bindir / "noise"), "-d", "1", *args], capture_output=True, text=True, timeout=30)
@@ -223,6 +234,7 @@ def test_noise_timer_interval(bindir: Path) -> None:
     assert 1500 <= late("-i", "500", "-w", "100")["n"] <= 2010  # twice as many, with work between reads
 
 
+@timing
 def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
     # SIGSTOP for ~0.3 s: wall time passes, the threads are not charged: one big burst each
     proc = subprocess.Popen([str(bindir / "noise"), "-t", "1", "-d", "2"], stdout=subprocess.PIPE, text=True)
@@ -247,6 +259,7 @@ def run_picks(bindir: Path, *args: str, timeout: float = 60) -> subprocess.Compl
     return subprocess.run([str(bindir / "picks"), *args], capture_output=True, text=True, timeout=timeout)
 
 
+@timing
 def test_picks_yields_on_one_cpu(bindir: Path) -> None:
     # 8 yielding tasks and one plain one, no groups: every yield passes through a pick and,
     # with nine tasks runnable on one CPU, nearly every one switches
@@ -262,6 +275,7 @@ def test_picks_yields_on_one_cpu(bindir: Path) -> None:
     assert doc["switches_per_yield"] > 0.5
 
 
+@timing
 def test_picks_puts_tasks_in_groups(bindir: Path, tmp_path: Path) -> None:
     # a fake cgroup v1 directory: 4 groups pick-0..3 that take 1 and a plain group that does not
     for name in ("pick-0", "pick-1", "pick-2", "pick-3", "plain"):
@@ -346,6 +360,7 @@ def test_wakelat_prints_the_arrivals_a_seeded_run_posts(bindir: Path) -> None:
         wakelat.requests_trace("x y\n", 4, 10)
 
 
+@timing
 def test_cgsample_reads_v1_and_v2_counters_until_stopped(bindir: Path, tmp_path: Path) -> None:
     """cgsample on counter files made here (the lab's real tests run it beside real groups):
     v2's cpu.stat (usage_usec, throttled_usec) and v1's (throttled_time ns) with cpuacct.usage,
