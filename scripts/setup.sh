@@ -32,7 +32,9 @@ if [ "${#missing[@]}" -gt 0 ]; then
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
 
-# The simulator (sim/) is Rust, built into bwlab._sim by maturin during the pip install.
+# The simulator (sim/) is Rust, built into bwlab._sim by maturin during the pip install; its
+# build directory is kept in bwlab's cache (bwlab/paths.py) for the next clone to reuse.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}/cargo-target}"
 if ! command -v cargo >/dev/null 2>&1 && [ -x "$HOME/.cargo/bin/cargo" ]; then
   export PATH="$HOME/.cargo/bin:$PATH"
 fi

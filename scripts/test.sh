@@ -4,6 +4,10 @@
 # tests one at a time. Arguments go to a single pytest run instead.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+# Rust's and mypy's build caches live in bwlab's cache (bwlab/paths.py), beside the kernels, so
+# that a fresh clone on a warm machine does not rebuild the simulator's dependencies.
+cache="${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}"
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/cargo-target}" MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$cache/mypy}"
 bash scripts/setup.sh
 .venv/bin/ruff check bwlab tests benchmarks scripts
 .venv/bin/ruff format --check bwlab tests benchmarks scripts
