@@ -21,6 +21,7 @@ from running) is measured, not estimated. Contracts:
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -85,6 +86,25 @@ def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
     return [p for p in periods if p["throttled"] and p["periods"] == 1]
 
 
+def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
+    """How late (us) each traced boundary came after its place on the period timer's grid. A
+    timer never fires early, so the grid is the one the earliest boundary lies on, once each
+    boundary's offset is taken in [-0.2, 0.8) periods of the median's (a boundary more than a
+    fifth of a period early of the rest is one most of a period late). Each row must span as many
+    periods of the grid as it says it holds (a boundary missed or made up breaks the count)."""
+    rows = doc["per_period"]
+    assert isinstance(rows, list) and rows
+    times = [float(rows[0]["start"]) * 1e6] + [float(r["end"]) * 1e6 for r in rows]
+    offsets = [(t - times[0]) % period_us for t in times]
+    middle = sorted(offsets)[len(offsets) // 2]
+    offsets = [middle + (o - middle + 0.2 * period_us) % period_us - 0.2 * period_us for o in offsets]
+    slots = [round((t - times[0] - o) / period_us) for t, o in zip(times, offsets, strict=True)]
+    for row, (a, b) in zip(rows, itertools.pairwise(slots), strict=True):
+        assert row["periods"] == b - a >= 1, (row, a, b)
+    origin = min(offsets)
+    return [o - origin for o in offsets]
+
+
 def machine_cpu() -> tuple[float, float]:
     """All CPUs' busy and steal time so far, in seconds (/proc/stat's first line)."""
     fields = [int(f) for f in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
@@ -106,7 +126,14 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
     and shortens the next (this VM, 2026-11-24: in one of 25 3-s runs every tenth boundary was
     0.48 ms late, periods of 10.48 then 9.52 ms, demand 1.048 then 0.952 x the quota; in CI one
     period was more than half a period off), and the verdict weighs the quota over the
-    stretched window (periods.analyze)."""
+    stretched window (periods.analyze).
+
+    The boundaries are the period timer's expiries, every one and nothing else: each lies on
+    the timer's grid (expiries a whole number of periods apart, hrtimer_forward keeps the grid)
+    up to its interrupt's lateness, and each row counts the periods its span holds. How late
+    this VM's timers fire is the machine's, not bwlab's: the host stops its vCPUs for up to
+    3 ms (docs/testing.md, the flake), so it is printed, and bounded only where an off-grid
+    boundary would cross it (a tenth of a period)."""
     period = 10_000
     for threads, quota_cpus, share, verdict in ((NCPU, NCPU, 1.0, "below"), (NCPU, NCPU / 2, 2.0, "at")):
         quota = round(quota_cpus * period)
@@ -118,17 +145,19 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         # demand over what the threads could run in the period, had nothing stopped them
         shares = [float(p["demand_us"]) / (min(threads, NCPU) * (float(p["end"]) - float(p["start"])) * 1e6)  # type: ignore[arg-type]
                   for p in found]  # fmt: skip
-        # the boundaries are the timer's expiries: nearly all a period apart; a timer that fires
-        # late (by half a period once in CI, 2026-11-24) stretches one period and shortens the next
         lengths = [(float(p["end"]) - float(p["start"])) * 1e6 for p in found]  # type: ignore[arg-type]
+        late = grid_lateness(doc, period)
         off = [round(n) for n in lengths if abs(n - period) > 0.05 * period]
-        assert len(off) <= max(2, 0.05 * len(found)), (len(found), off[:10])
+        # on the grid: a boundary taken from another timer or event would land anywhere in the
+        # period; a late expiry lands just after its place (0.5-3 ms on this VM, docs/testing.md)
+        assert sum(x <= 0.1 * period for x in late) >= 0.95 * len(late), sorted(late)[-10:]
         near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
         # the quantities the bounds are on, one line per case, for their distribution (docs/testing.md)
         print(
             f"traced_demand threads={threads} share={share}: throttled {len(found)} of {len(doc['per_period'])}, "
-            f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}"
+            f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}, "
+            f"boundaries {len(late)}, late > 0.2 ms {sum(x > 200 for x in late)}, max late {max(late):.0f} us"
         )
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
         if share == 2.0:
