@@ -103,10 +103,13 @@ def needs_root() -> pytest.MarkDecorator:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that touches the machine (cgroups, QEMU, tracing, timing windows) is marked
     `real`: the real tests' modules (`*_real.py`) and every test marked `real`, `host` or
-    `guest`. scripts/test.sh runs the others in parallel and these one at a time, on a machine
-    otherwise quiet. Where this is not root, the real tests skip, saying why."""
+    `guest`, except those marked `untimed` (git trees, exports, checkpatch: real work on the
+    kernel source that measures no time and touches no cgroup). scripts/test.sh runs the others
+    in parallel and these one at a time, on a machine otherwise quiet. Where this is not root,
+    the real tests skip, saying why."""
     for item in items:
-        if item.path.name.endswith("_real.py") or any(item.get_closest_marker(n) for n in ("host", "guest")):
+        touches = item.path.name.endswith("_real.py") or any(item.get_closest_marker(n) for n in ("host", "guest"))
+        if touches and not item.get_closest_marker("untimed"):
             item.add_marker(pytest.mark.real)
         if item.get_closest_marker("real") and os.geteuid() != 0:
             item.add_marker(pytest.mark.skip(reason="needs root to create cgroups"))

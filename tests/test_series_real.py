@@ -51,6 +51,7 @@ def patched_key(baseline_key: str) -> str:
     return build.stdout.split()[0]
 
 
+@pytest.mark.untimed
 def test_series_is_non_empty_and_documented() -> None:
     assert len(POSTED.patches) >= 6
     cover = POSTED_SERIES.parent / "0000-cover-letter.patch"
@@ -62,6 +63,7 @@ def test_series_is_non_empty_and_documented() -> None:
         assert "Signed-off-by:" in text, patch.name
 
 
+@pytest.mark.untimed
 def test_posted_series_has_no_switches_and_the_lab_patch_adds_every_one() -> None:
     """The posted patches (and LAGS) carry no sched_feat; the lab's series is them, in order,
     plus one patch on top that introduces every switch a policy writes."""
@@ -76,6 +78,7 @@ def test_posted_series_has_no_switches_and_the_lab_patch_adds_every_one() -> Non
         assert f"\n+SCHED_FEAT({feat}, true)" in lab.read_text(), feat
 
 
+@pytest.mark.untimed
 def test_series_applies_with_git_am(source: kernel_source.KernelSource, tmp_path: Path) -> None:
     """git am onto the pristine files the series touches (a sparse copy of the 7.3.4 tree)."""
     repo = tmp_path / "linux"
@@ -97,6 +100,7 @@ def test_series_applies_with_git_am(source: kernel_source.KernelSource, tmp_path
     assert len(git("log", "--oneline").stdout.splitlines()) == len(SERIES.patches) + 1
 
 
+@pytest.mark.untimed
 def test_checkpatch_strict_is_clean(source: kernel_source.KernelSource) -> None:
     checkpatch = source.path / "scripts" / "checkpatch.pl"
     for patch in SERIES.patches:
@@ -215,15 +219,16 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         assert patched[name] == "pass", patched.why(name)
     assert patched["test_cpucg_subtree_control"] == "pass"
     nested = "test_cpucg_nested_weight_overprovisioned"
-    # 7.3.4 in its default mode failed it in every boot on the lab's machine (the top leaf at
-    # 0.33 of the CPU against 0.5 +- 15 %: docs/series.md), but passed once in CI (2026-11-25,
-    # run of 1f172fe): concur's split follows PELT's runnable estimate, which a busy machine
-    # moves. Asserted: it ran there (not skipped), and it passes under the series in smp.
-    assert base[nested] in ("pass", "fail"), base.why(nested)
+    # Asserted under the series in smp only. 7.3.4 in its default mode failed it in every boot on
+    # the lab's machine (the top leaf at 0.33 of the CPU against 0.5 +- 15 %: docs/series.md) but
+    # passed once in CI (2026-11-25, run of 1f172fe): concur's split follows PELT's runnable
+    # estimate, which a busy machine moves, so its result there says nothing either way and is
+    # not asserted (an assertion of "pass or fail" could not fail; docs/testing.md).
     assert patched[nested] == "pass", patched.why(nested)
     assert patched["test_cpucg_max_overdelivery"] == "pass", patched.why("test_cpucg_max_overdelivery")
 
 
+@pytest.mark.untimed
 def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_source.KernelSource,
                                                                  tmp_path: Path) -> None:  # fmt: skip
     """LAGS is posted as its own series: its 3 patches and cover letter, base-commit v7.3.4 and a
@@ -255,6 +260,7 @@ def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_
     assert git("diff", "--quiet", "bwlab", "check").returncode == 0
 
 
+@pytest.mark.untimed
 def test_git_tree_reproduces_base_commit(source: kernel_source.KernelSource, tmp_path: Path) -> None:
     """`bwlab kernel git` recreates the series' base-commit and applies it with git am."""
     proc = bwlab("kernel", "git", str(tmp_path / "linux"), timeout=1800)
@@ -288,6 +294,7 @@ def test_patched_build_starts_from_the_baseline_objects(baseline_key: str, patch
     assert (kernels / patched_key / "config").read_text() == (kernels / baseline_key / "config").read_text()
 
 
+@pytest.mark.untimed
 def test_export_is_format_patch_output_in_the_users_name_that_applies_on_the_base_commit(
     source: kernel_source.KernelSource, tmp_path: Path
 ) -> None:
