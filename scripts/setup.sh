@@ -54,7 +54,6 @@ fi
 # Reinstall only when pyproject.toml or the simulator's sources changed since the last install.
 stale=$(find pyproject.toml sim/Cargo.toml sim/src -newer .venv/.bwlab-installed 2>/dev/null | head -1 || true)
 if [ ! -f .venv/.bwlab-installed ] || [ -n "$stale" ] || ! ls bwlab/_sim*.so >/dev/null 2>&1; then
-  .venv/bin/python -m pip install -q --upgrade pip >&2
   .venv/bin/python -m pip install -q -e '.[dev]' >&2
   touch .venv/.bwlab-installed
 fi
