@@ -73,16 +73,21 @@ def doctor(grp: cgroup.Group, seconds: float = 4, *extra: str) -> dict[str, obje
 def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -> None:
     with loaded_group(10000, NCPU, NCPU, 60) as grp:
         # ~50 % of periods throttle on a stock kernel; outside load on a 2-CPU machine can hold
-        # sysbench below its quota for a while (CI once saw 17 of 399), so a quiet window is
-        # waited for, three tries at most, before anything is asserted about the classification
+        # sysbench below its quota for a while (CI once saw 17 of 399), so watching goes on, three
+        # runs at most, until a fifth of the periods watched were throttled; the recall is asserted
+        # over every run's periods (pooled: no run's misclassification is dropped)
+        throttled = below = periods = 0
         for _ in range(3):
             doc = doctor(grp, 4, "--png", str(tmp_path / "timeline.png"))
-            throttled, below = int(doc["throttled"]), int(doc["below_quota"])  # type: ignore[call-overload]
-            if throttled > 0.2 * int(doc["periods"]):  # type: ignore[call-overload]
+            throttled += int(doc["throttled"])  # type: ignore[call-overload]
+            below += int(doc["below_quota"])  # type: ignore[call-overload]
+            periods += int(doc["periods"])  # type: ignore[call-overload]
+            print(f"demand == quota: throttled {doc['throttled']} of {doc['periods']}, below {doc['below_quota']}")
+            if throttled > 0.2 * periods:
                 break
         assert (tmp_path / "timeline.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
-        assert throttled > 0.2 * int(doc["periods"]), doc  # type: ignore[call-overload]
-        assert below >= 0.95 * throttled, doc  # recall of "below quota": every throttle here is
+        assert throttled > 0.2 * periods, (throttled, periods)
+        assert below >= 0.95 * throttled, (below, throttled, doc)  # recall of "below quota": every throttle here is
         diag = doc["diagnosis"]
         assert isinstance(diag, dict) and diag["verdict"] == "below-quota"
         assert "tick-overrun" in {c["key"] for c in diag["causes"]}
@@ -553,11 +558,14 @@ def test_mixed_demand_per_period_truth(tmp_path: Path) -> None:
         return counts
 
     # the one-process blocks are throttled in about half their periods, but a run here once had
-    # 23 such periods where three later runs had 100-116 (watching changes it, docs/live.md): up to three
-    # runs for one where both kinds were throttled enough to judge
+    # 23 such periods where three later runs had 100-116 (watching changes it, docs/live.md): runs
+    # until both kinds were throttled enough to judge (three at most), every run's periods pooled,
+    # so that a run's misclassifications are never dropped for a later run's (no retry until green)
+    counts = {"tp": 0, "fp": 0, "fn": 0, "tn": 0}
     for _ in range(3):
-        counts = run()
-        print(f"mixed blocks, throttled periods away from the edges: {counts}")
+        got = run()
+        counts = {k: counts[k] + got[k] for k in counts}
+        print(f"mixed blocks, throttled periods away from the edges: {got}, pooled {counts}")
         if counts["tp"] + counts["fn"] > 50 and counts["tn"] + counts["fp"] > 50:
             break
     assert counts["tp"] > 50 and counts["tn"] > 50, counts  # both kinds were throttled
