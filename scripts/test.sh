@@ -22,4 +22,4 @@ if [ $# -gt 0 ]; then exec .venv/bin/pytest -v -ra --durations=30 "$@"; fi
 # The unit tests in parallel, one worker per CPU; then the real tests (marker `real`: cgroups,
 # QEMU, tracing, timing windows, see tests/conftest.py) one at a time on a quiet machine.
 .venv/bin/pytest -v -ra --durations=10 -n "$(nproc)" -m "not real"
-exec .venv/bin/pytest -v -ra --durations=30 -m real
+exec .venv/bin/pytest -v -ra --durations=0 --durations-min=3 -m real
