@@ -157,7 +157,8 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         print(
             f"traced_demand threads={threads} share={share}: throttled {len(found)} of {len(doc['per_period'])}, "
             f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}, "
-            f"boundaries {len(late)}, late > 0.2 ms {sum(x > 200 for x in late)}, max late {max(late):.0f} us"
+            f"boundaries {len(late)}, late > 0.2 ms {sum(x > 200 for x in late)}, "
+            f"> a tenth {sum(x > 0.1 * period for x in late)}, max late {max(late):.0f} us"
         )
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
         if share == 2.0:
