@@ -117,7 +117,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
 
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under CI=true every real test runs: a missing prerequisite fails the run here, loudly,
-    instead of skipping the tests that need it (tests/prereqs.py)."""
+    instead of skipping the tests that need it (tests/prereqs.py).
+
+    SIGINT is caught here if it was ignored: a shell starts a background job (`cmd &`, nohup
+    runners) with SIGINT ignored, every program started from it inherits that, and the tests
+    that interrupt bwlab with SIGINT would find it deaf (three failed so, 2026-11-26). A caught
+    signal is reset to its default in a child at exec, an ignored one is not."""
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     if prereqs.in_ci() and (lacking := prereqs.missing()):
         pytest.exit(f"CI=true and the real tests' prerequisites are missing: {'; '.join(lacking)}", returncode=3)
 
