@@ -87,22 +87,26 @@ def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
 
 
 def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
-    """How late (us) each traced boundary came after its place on the period timer's grid. Most
-    expiries are on time, so the grid's phase is the median boundary's; a timer never fires
-    early, so a boundary off that phase is late by up to a period (this VM: 8.9 ms of 10 once,
-    docs/testing.md), and one a few us before it is on time (the median's own jitter). Each row
-    must span as many periods of the grid as the kernel counted in it (nr_periods advances by
-    the timer's overrun: a boundary missed or made up breaks the count)."""
+    """How late (us) each traced boundary came after its place on the period timer's grid. A
+    timer never fires early, and most expiries are within a few hundred us of their time: the
+    grid's phase is the earliest boundary of the tenth of a period that holds the most of them
+    (taken around the period's circle; on this VM the on-time expiries can come in two groups
+    0.5 ms apart, and one was 8.9 ms late, docs/testing.md). Each row must span as many
+    periods of the grid as the kernel counted in it (nr_periods advances by the timer's
+    overrun: a boundary missed or made up breaks the count)."""
     rows = doc["per_period"]
     assert isinstance(rows, list) and rows
     times = [float(rows[0]["start"]) * 1e6] + [float(r["end"]) * 1e6 for r in rows]
-    phase = sorted((t - times[0]) % period_us for t in times)[len(times) // 2]
-    early = 0.05 * period_us
-    late = [(t - times[0] - phase + early) % period_us - early for t in times]
+    offsets = sorted((t - times[0]) % period_us for t in times)
+    window = 0.1 * period_us
+    phase = max(offsets, key=lambda c: sum((o - c) % period_us < window for o in offsets))
+    while earlier := [o for o in offsets if 0 < (phase - o) % period_us < window / 4]:
+        phase = min(earlier, key=lambda o: (o - phase) % period_us)  # jitter just before it
+    late = [(t - times[0] - phase) % period_us for t in times]
     slots = [round((t - times[0] - phase - x) / period_us) for t, x in zip(times, late, strict=True)]
     for row, (a, b) in zip(rows, itertools.pairwise(slots), strict=True):
         assert row["periods"] == b - a >= 1, (row, a, b)
-    return [max(0.0, x) for x in late]
+    return late
 
 
 def machine_cpu() -> tuple[float, float]:
