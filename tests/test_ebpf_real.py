@@ -87,26 +87,25 @@ def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
 
 
 def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
-    """How late (us) each traced boundary came after its place on the period timer's grid. A
-    timer never fires early, and most expiries are within a few hundred us of their time: the
-    grid's phase is the earliest boundary of the tenth of a period that holds the most of them
-    (taken around the period's circle; on this VM the on-time expiries can come in two groups
-    0.5 ms apart, and one was 8.9 ms late, docs/testing.md). Each row must span as many
-    periods of the grid as the kernel counted in it (nr_periods advances by the timer's
-    overrun: a boundary missed or made up breaks the count)."""
+    """How late (us) each traced boundary came after its place on the period timer's grid,
+    the grid laid by the kernel's own count: nr_periods advances by the timer's overrun at each
+    expiry (hrtimer_forward_now), so consecutive boundaries are as many periods apart as the
+    row between them counted, plus how much later the second fired than the first. A timer
+    never fires early: the least late boundary is on its grid point. Every row counts a period
+    at least (a boundary made up would end a row the kernel counted none in); boundaries
+    taken from another timer, or counts that do not match, scatter over the period.
+
+    (Three first versions placed the grid from the boundaries alone, by the earliest, the
+    median and the densest tenth of a period: this VM's expiries came all 0.25 ms late but
+    one, in two groups 0.5 ms apart, and single ones up to 9.8 ms late, and each version
+    mistook one of these for an early or a missing boundary: docs/testing.md.)"""
     rows = doc["per_period"]
     assert isinstance(rows, list) and rows
+    assert all(int(r["periods"]) >= 1 for r in rows), [r for r in rows if int(r["periods"]) < 1][:3]
+    slots = [0, *itertools.accumulate(int(r["periods"]) for r in rows)]
     times = [float(rows[0]["start"]) * 1e6] + [float(r["end"]) * 1e6 for r in rows]
-    offsets = sorted((t - times[0]) % period_us for t in times)
-    window = 0.1 * period_us
-    phase = max(offsets, key=lambda c: sum((o - c) % period_us < window for o in offsets))
-    while earlier := [o for o in offsets if 0 < (phase - o) % period_us < window / 4]:
-        phase = min(earlier, key=lambda o: (o - phase) % period_us)  # jitter just before it
-    late = [(t - times[0] - phase) % period_us for t in times]
-    slots = [round((t - times[0] - phase - x) / period_us) for t, x in zip(times, late, strict=True)]
-    for row, (a, b) in zip(rows, itertools.pairwise(slots), strict=True):
-        assert row["periods"] == b - a >= 1, (row, a, b)
-    return late
+    offsets = [t - times[0] - n * period_us for t, n in zip(times, slots, strict=True)]
+    return [o - min(offsets) for o in offsets]
 
 
 def machine_cpu() -> tuple[float, float]:
