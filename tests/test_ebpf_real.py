@@ -95,10 +95,10 @@ def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
     at least (a boundary made up would end a row the kernel counted none in); boundaries
     taken from another timer, or counts that do not match, scatter over the period.
 
-    (Three first versions placed the grid from the boundaries alone, by the earliest, the
-    median and the densest tenth of a period: this VM's expiries came all 0.25 ms late but
-    one, in two groups 0.5 ms apart, and single ones up to 9.8 ms late, and each version
-    mistook one of these for an early or a missing boundary: docs/testing.md.)"""
+    (Four first versions placed the grid from the boundaries alone: this VM's expiries came
+    all 0.25 ms late but one, in two groups 0.5 ms apart, and single ones up to 9.8 ms late,
+    and each version mistook one of these for an early or a missing boundary:
+    docs/testing.md.)"""
     rows = doc["per_period"]
     assert isinstance(rows, list) and rows
     assert all(int(r["periods"]) >= 1 for r in rows), [r for r in rows if int(r["periods"]) < 1][:3]
