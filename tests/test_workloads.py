@@ -320,6 +320,7 @@ def test_picks_output_that_is_not_its_document_is_an_error() -> None:
         get("picks").parse('{"ns_per_yield": 1}\n', Resolved("picks", {}))
 
 
+@timing
 def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
     # Poisson gaps from -R: the same seed posts the same requests in the same second (give or
     # take the one due as the run ends: a run here once posted one more), other seeds (almost surely) a
@@ -337,6 +338,7 @@ def test_wakelat_seeded_arrivals_repeat(bindir: Path) -> None:
     assert proc.returncode == 2 and proc.stdout == ""
 
 
+@timing
 def test_wakelat_prints_the_arrivals_a_seeded_run_posts(bindir: Path) -> None:
     """-A prints a seeded run's arrivals without running it: as many as the run posts in the
     same time (give or take the one at the end), the same for the same seed, and a paced trace
