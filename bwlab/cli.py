@@ -193,6 +193,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reps", type=int, help="override the scenarios' repetitions")
     p.add_argument("--duration", type=float, help="override the scenarios' duration_s")
     p.add_argument("--max-mib", type=float, default=60.0, help="refuse an archive larger than this (default 60)")
+    p.add_argument("--kernel", action="append", metavar="KEY",
+                   help="a built kernel to boot there too, under the QEMU the bundle carries (repeatable)")  # fmt: skip
+    p.add_argument("--policy", action="append", choices=policies.names(),
+                   help="a patched kernel's policy (repeatable; default: its switches as built, all on)")  # fmt: skip
+    p.add_argument("--vcpus", type=int, action="append", metavar="N",
+                   help="a guest vCPU count to prepare (repeatable; default: the --ncpu values); "
+                   "run.sh uses the machine's CPU count or BWLAB_VCPUS")  # fmt: skip
     p.set_defaults(func=bundle_cmd.cmd_bundle)
 
     p = sub.add_parser("ingest", help="results from the output of a bundle's run.sh")

@@ -258,6 +258,30 @@ def cmdlines_working_in(directory: Path) -> list[str]:
     return found
 
 
+BUSYBOX = Path("/bin/busybox")
+
+
+def run_in_busybox_root(root: Path, bundle: Path, command: str, env: dict[str, str] | None = None,
+                        timeout: float = 120) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    """`command` run by /bin/sh in a root of busybox alone (no libc, no Python, no coreutils)
+    holding `bundle` as /b and an empty /o, with the host's /sys, /proc and /dev mounted into it
+    in a mount namespace of its own: what a machine with nothing installed offers a bundle."""
+    if not BUSYBOX.is_file():
+        pytest.fail("needs busybox-static (scripts/setup.sh installs it)")
+    for d in ("bin", "dev", "proc", "sys", "tmp", "b", "o"):
+        (root / d).mkdir(parents=True)
+    subprocess.run(["cp", str(BUSYBOX), str(root / "bin/busybox")], check=True)
+    applets = subprocess.run([str(BUSYBOX), "--list"], capture_output=True, text=True, check=True).stdout.split()
+    for applet in set(applets) - {"busybox"}:  # relative links: `busybox --install` links to this path
+        (root / "bin" / applet).symlink_to("busybox")
+    subprocess.run(["cp", "-a", f"{bundle}/.", str(root / "b")], check=True)
+    inner = (f"mount -t proc proc {root}/proc && mount --rbind /sys {root}/sys && mount --rbind /dev {root}/dev && "
+             f"mount -t tmpfs tmpfs {root}/tmp && exec chroot {root} /bin/sh -c '{command}'")  # fmt: skip
+    path = {"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"}
+    return subprocess.run(["unshare", "-m", "--propagation", "private", "sh", "-c", inner], capture_output=True,
+                          text=True, timeout=timeout, env={**path, **(env or {})})  # fmt: skip
+
+
 def interrupt_when(
     proc: subprocess.Popen[bytes],
     ready: Callable[[], bool],

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from bwlab import results
 from bwlab.paths import cache_root
 from bwlab.targets import qemu
 
@@ -23,6 +24,7 @@ from conftest import (
     bwlab,
     interrupt_when,
     pids_with,
+    run_in_busybox_root,
     traced_below_quota,
 )
 
@@ -241,3 +243,75 @@ def test_the_detector_against_traced_bursts_on_v2(kernel_key: str, tmp_path: Pat
         for rep in case["reps"]:
             truly, called, both = assert_agrees_with_truth(rep["metrics"], case["case"], 0.2, 3, 2)
             print(f"{case['case']}: truly below {truly}, called {called}, both {both}")
+
+
+BUNDLED = """name = "tiny"
+description = "spin at its quota, and unlimited"
+repetitions = 1
+duration_s = 2
+[cgroup]
+quota_cpus = "ncpu"
+period_us = 10000
+[workload]
+kind = "spin-cpu"
+threads = "ncpu"
+max_prime = 2000
+[[case]]
+name = "unlimited"
+"cgroup.quota_cpus" = "max"
+[[case]]
+name = "10ms"
+"""
+
+
+def guest_bundle(kernel_key: str, tmp_path: Path, *args: str) -> Path:
+    scen = tmp_path / "tiny.toml"
+    scen.write_text(BUNDLED)
+    out = tmp_path / "b"
+    res = bwlab("bundle", str(scen), "--ncpu", "2", "--kernel", kernel_key, "-o", str(out), *args, timeout=600)
+    assert res.returncode == 0, res.stderr
+    return out
+
+
+def test_a_guest_bundle_runs_in_a_root_of_busybox_alone(kernel_key: str, tmp_path: Path) -> None:
+    """Portability of guests: in a root of busybox alone, the bundle's own QEMU (its loader,
+    libraries, TCG module and firmware) boots the kernel, and the records ingest into results
+    of the same shape as `bwlab run --target guest`'s, on the same accelerator."""
+    out = guest_bundle(kernel_key, tmp_path)
+    assert (tmp_path / "b.tar.xz").stat().st_size < 60 * 2**20  # one kernel; two: docs/results.md
+    root = tmp_path / "root"
+    res = run_in_busybox_root(root, out, "/bin/sh /b/run.sh /o", env={"BWLAB_ONLY": "guests"}, timeout=300)
+    assert res.returncode == 0, res.stderr
+    assert not pids_with(str(root)) and os.listdir(root / "tmp") == []
+    assert not (root / "o/records-0.txt").exists()  # BWLAB_ONLY=guests: the host part did not run
+    res = bwlab("ingest", str(root / "o"), "--out", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    (path,) = (tmp_path / "r").glob("tiny-guest-baseline*.json")
+    got = results.load(path)
+    res = bwlab("run", str(tmp_path / "tiny.toml"), "--target", "guest", "--kernel", kernel_key, "--out",
+                str(tmp_path / "g"), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr
+    (path,) = (tmp_path / "g").glob("tiny-guest-baseline*.json")
+    ran = results.load(path)
+    assert got.status == ran.status == "ok"
+    for key in ("vcpus", "hz", "kernel_release", "kernel_key", "guest_ncpu", "accel", "qemu_timer_thread"):
+        assert got.meta.get(key) == ran.meta.get(key), key
+    assert got.meta.get("kernel_release", "").startswith("7.3.4") and got.meta.get("splats") == []
+    assert [c.case for c in got.cases] == [c.case for c in ran.cases]
+    for g, r in zip(got.cases, ran.cases, strict=True):
+        assert g.settings == r.settings
+        assert sorted(g.reps[0].metrics) == sorted(r.reps[0].metrics), g.case
+    assert got.cases[1].reps[0].metrics["nr_periods"] >= 150  # 2 s of 10 ms periods
+
+
+def test_an_interrupted_guest_bundle_leaves_nothing(kernel_key: str, tmp_path: Path) -> None:
+    out = guest_bundle(kernel_key, tmp_path, "--duration", "30")
+    dirs_before = set(Path("/tmp").glob("bwlab-*"))
+    proc = subprocess.Popen(["sh", str(out / "run.sh"), str(tmp_path / "o")], stderr=subprocess.PIPE,
+                            env={**os.environ, "BWLAB_ONLY": "guests"}, start_new_session=True)  # fmt: skip
+    qemu_in = str(out / "guest/qemu")
+    rc, err = interrupt_when(proc, lambda: bool(pids_with(qemu_in)), "the bundle's QEMU never started", 60, 3)
+    assert rc == 130, err
+    assert "interrupted" in err
+    assert not pids_with(qemu_in) and not pids_with(str(out))
+    assert set(Path("/tmp").glob("bwlab-*")) == dirs_before
