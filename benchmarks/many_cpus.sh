@@ -68,7 +68,12 @@ run | run-guests)
     echo "stat_before=$(grep '^cpu ' /proc/stat)"
   } > "$raw/machine.txt" 2>&1
   rc=0
-  sh $bundle/run.sh "$raw/out" > "$out/run.log" 2>&1 || rc=$?
+  # LIMIT_S=N: run.sh is stopped (and cleans up) after N s, so that what finished still comes back
+  if [ -n "${LIMIT_S:-}" ]; then
+    timeout -s TERM "$LIMIT_S" sh $bundle/run.sh "$raw/out" > "$out/run.log" 2>&1 || rc=$?
+  else
+    sh $bundle/run.sh "$raw/out" > "$out/run.log" 2>&1 || rc=$?
+  fi
   echo "stat_after=$(grep '^cpu ' /proc/stat)" >> "$raw/machine.txt"
   echo "rc=$rc" >> "$raw/machine.txt"
   tar -C "$raw" -czf "$out/many-cpus.tar.gz" machine.txt out
