@@ -36,6 +36,7 @@ from bwlab import results, scenario
 from bwlab.errors import BwlabError
 from bwlab.scenario import RunSpec, Scenario
 from bwlab.targets import base, bundle_guest, plan, ssh
+from bwlab.workloads import programs as workload_programs
 
 MANIFEST = "bundle.json"
 FORMAT = "bwlab-bundle/1"
@@ -173,6 +174,9 @@ def write_bundle(parts: list[Part], ncpus: list[int], hzs: list[int], out: Path,
         raise BwlabError(f"bundle: {out} exists and is not empty")
     texts, programs, manifest = render(parts, ncpus, hzs)
     if guests:
+        fifo = workload_programs.resolve("fifo")
+        check_static("fifo", fifo)
+        programs["guest/fifo"] = fifo
         texts["guest/run-guests.sh"] = GUEST_RUNNER.read_text()
         texts["guest/traced-append"] = plan.BOOT_EVENTS_PARAM + "\n"
     archive = out.parent / f"{out.name}.tar.xz"
@@ -187,6 +191,7 @@ def write_bundle(parts: list[Part], ncpus: list[int], hzs: list[int], out: Path,
         (out / MANIFEST).write_text(json.dumps(manifest, indent=1) + "\n")
         (out / "bin").mkdir()
         for name, src in programs.items():
+            (out / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy(src, out / name)
             (out / name).chmod(0o755)
         for k, part in enumerate(parts):

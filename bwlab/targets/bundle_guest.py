@@ -7,6 +7,7 @@ A bundle with kernels holds, beside the host part (targets/bundle.py):
     guest/qemu/lib/                     every shared library it and its TCG module load
     guest/qemu/modules/                 the accelerator modules (QEMU_MODULE_DIR)
     guest/qemu/share/                   the firmware a PC guest booted with -kernel reads (-L)
+    guest/fifo                          SCHED_FIFO for QEMU's main loop (workloads/fifo.c, static)
     guest/kernels/KEY/bzImage           each kernel named
     guest/initramfs.cpio                busybox, every lab program, /init (targets/qemu.py)
     guest/plans/nN/G.cpio               /plan.sh alone, for guest G at N vCPUs
