@@ -54,7 +54,8 @@ def add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     p.add_argument("--timer-latency", metavar="RESULT",
                    help="sim: a timerlat result file; ticks and timers run late by its measured latencies")  # fmt: skip
     p.add_argument("--noise", metavar="RESULT",
-                   help="sim: a noise result file; every CPU carries the other work it measured, and "
+                   help="sim: a noise result file, or a run's result with its noise probes; every CPU "
+                        "carries the other work it measured, and "
                         "ticks and timers run late by its timer lateness (unless --timer-latency)")  # fmt: skip
     p.add_argument("--seed", type=int, default=0, help="sim: seed of the repetitions' phases")
 

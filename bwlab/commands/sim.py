@@ -20,7 +20,13 @@ from bwlab.targets import sim
 def sim_target(args: argparse.Namespace) -> sim.SimTarget:
     measured: dict[str, Any] = {}
     if getattr(args, "noise", None):  # its other work and timer lateness, as validate uses them
-        measured = sim.machine_noise(results.load(Path(args.noise)), args.noise).target_fields(args.noise)
+        doc = results.load(Path(args.noise))
+        if doc.scenario != "noise":  # a lab result: the noise probes its run made (validate does the same)
+            probes = validate.in_run_noise(doc)
+            if probes is None:
+                raise BwlabError(f"{args.noise}: neither a noise result nor a run with noise probes ([probe])")
+            doc = probes
+        measured = sim.machine_noise(doc, args.noise).target_fields(args.noise)
     if args.timer_latency:  # an explicit timerlat result's latencies win
         measured["latency_ns"] = sim.timer_latency(results.load(Path(args.timer_latency)), args.timer_latency)
         measured["latency_source"] = args.timer_latency
