@@ -94,25 +94,44 @@ def tracefs_left_as_found(request: pytest.FixtureRequest) -> Iterator[None]:
 
 
 def needs_root() -> pytest.MarkDecorator:
-    """A real test: it needs root, and skips where it is not (saying so, in
-    pytest_collection_modifyitems); under CI=true the run has already failed at its start
-    (pytest_sessionstart) if it is not root."""
-    return pytest.mark.real
+    """A test that needs root (a real one unless also `untimed`), and skips where it is not
+    (saying so, in pytest_collection_modifyitems); under CI=true the run has already failed at
+    its start (pytest_sessionstart) if it is not root."""
+    return pytest.mark.root
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Every test that touches the machine (cgroups, QEMU, tracing, timing windows) is marked
-    `real`: the real tests' modules (`*_real.py`) and every test marked `real`, `host` or
-    `guest`, except those marked `untimed` (git trees, exports, checkpatch: real work on the
-    kernel source that measures no time and touches no cgroup). scripts/test.sh runs the others
-    in parallel and these one at a time, on a machine otherwise quiet. Where this is not root,
-    the real tests skip, saying why."""
+    `real`: the real tests' modules (`*_real.py`) and every test marked `real`, `root`, `host`
+    or `guest`, except those marked `untimed`: real work whose result no other test's load can
+    change (git trees, exports, checkpatch; bad input, interrupts and cleanup; bundles'
+    portability). scripts/test.sh runs the real tests one at a time, on a machine otherwise
+    quiet, and the others in parallel. Where this is not root, the tests that need it skip,
+    saying why."""
     for item in items:
         touches = item.path.name.endswith("_real.py") or any(item.get_closest_marker(n) for n in ("host", "guest"))
-        if touches and not item.get_closest_marker("untimed"):
+        explicit = any(item.get_closest_marker(n) for n in ("real", "root"))
+        untimed = item.get_closest_marker("untimed") is not None
+        if (touches or explicit) and not untimed:
             item.add_marker(pytest.mark.real)
-        if item.get_closest_marker("real") and os.geteuid() != 0:
+        if (item.get_closest_marker("real") or item.get_closest_marker("root")) and os.geteuid() != 0:
             item.add_marker(pytest.mark.skip(reason="needs root to create cgroups"))
+
+
+_GROUPS_AT_START: set[Path] = set()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """The parallel phase's group check (see leaves_nothing), in the controller once every
+    worker is done: a bwlab group that was not there at the start fails the run, named."""
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    left = bwlab_groups() - _GROUPS_AT_START
+    for group in left:
+        remove_group(group)
+    if left:
+        print(f"\nthe parallel phase left groups (removed): {sorted(map(str, left))}", file=sys.stderr)
+        session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -125,6 +144,7 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     signal is reset to its default in a child at exec, an ignored one is not."""
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
+    _GROUPS_AT_START.update(bwlab_groups())
     if prereqs.in_ci() and (lacking := prereqs.missing()):
         pytest.exit(f"CI=true and the real tests' prerequisites are missing: {'; '.join(lacking)}", returncode=3)
 
@@ -150,13 +170,27 @@ def tool_or_skip(tool: str) -> str:
 # (by comm, 15 characters at most), bwlab groups in every hierarchy, tracefs mounted, the
 # clocksource (a demoted clocksource changes every later timing).
 WATCHED_COMMS = {"qemu-system-x86", "bpftrace", "sysbench", "hackbench", "spin", "cgsample", "cgwrite",
-                 "wakelat", "funcs", "noise", "picks", "cglat", "cgstress"}  # fmt: skip
+                 "wakelat", "funcs", "noise", "picks", "cglat", "cgstress",
+                 "ld-linux-x86-64"}  # a bundle's QEMU, run through its own loader  # fmt: skip
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 
 
-def watched_processes() -> dict[int, str]:
+def _worker_of(entry: Path) -> str | None:
+    """The pytest-xdist worker (PYTEST_XDIST_WORKER in its environment, which every process a
+    worker starts inherits unless given an environment of its own) a process belongs to."""
+    try:
+        environ = (entry / "environ").read_bytes().split(b"\0")
+    except OSError:
+        return None
+    for var in environ:
+        if var.startswith(b"PYTEST_XDIST_WORKER="):
+            return var.split(b"=", 1)[1].decode(errors="replace")
+    return None
+
+
+def watched_processes(worker: str | None = None) -> dict[int, str]:
     """Running processes of the watched kinds (a zombie has ended: this machine's init, a
-    Firecracker agent, reaps orphans late)."""
+    Firecracker agent, reaps orphans late); with `worker`, only that xdist worker's."""
     found = {}
     for entry in _live_processes():
         try:
@@ -164,7 +198,7 @@ def watched_processes() -> dict[int, str]:
         except OSError:
             continue
         comm, state = stat[stat.index("(") + 1 : stat.rindex(")")], stat[stat.rindex(")") + 2 :][:1]
-        if comm in WATCHED_COMMS and state != "Z":
+        if comm in WATCHED_COMMS and state != "Z" and (worker is None or _worker_of(entry) == worker):
             found[int(entry.name)] = comm
     return found
 
@@ -205,10 +239,18 @@ def leaves_nothing(request: pytest.FixtureRequest) -> Iterator[None]:
     no bwlab group it made, the clocksource unchanged. What it left is removed (so that the
     next test starts clean) and the test fails naming it. Steal during the test is recorded
     (`steal_s` in the junit properties) for timing failures to be read against."""
-    if os.environ.get("PYTEST_XDIST_WORKER") and not request.node.get_closest_marker("real"):
-        # Unit tests in parallel workers start none of these; another worker's would be
-        # counted (and killed) as this test's.
+    worker = os.environ.get("PYTEST_XDIST_WORKER")
+    if worker and not request.node.get_closest_marker("real"):
+        # In the parallel phase (unit tests, and the real tests marked `untimed`) only this
+        # worker's processes are this test's; another worker's groups cannot be told from
+        # this one's, so groups are checked once for the whole phase (pytest_sessionfinish).
+        procs = watched_processes(worker)
         yield
+        left = {p: c for p, c in watched_processes(worker).items() if p not in procs}
+        for pid in left:
+            kill_tree(pid)
+        if left:
+            pytest.fail(f"{request.node.nodeid} left processes running: {sorted(left.items())}")
         return
     procs, groups = watched_processes(), bwlab_groups()
     clock = CLOCKSOURCE.read_text().strip() if CLOCKSOURCE.is_file() else ""

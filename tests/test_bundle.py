@@ -189,18 +189,25 @@ def test_ingest_says_what_is_missing(tmp_path: Path) -> None:
     assert res.returncode == 1 and "no bundle.json: the run did not finish" in res.stderr
 
 
-def our_groups() -> list[Path]:
+def run_id(o: Path) -> str:
+    """The random part of the run's directory (/tmp/bwlab-XXXXXX), which names its groups."""
+    line = next(x for x in (o / "probe.txt").read_text().splitlines() if x.startswith("dir="))
+    return line.removeprefix("dir=/tmp/bwlab-")
+
+
+def groups_of(o: Path) -> list[Path]:
+    """The groups of the run that wrote `o`, in every hierarchy (these tests run beside others)."""
     roots = [Path("/sys/fs/cgroup") / n for n in ("cpu", "cpuacct", "cpuset", "unified")] + [Path("/sys/fs/cgroup")]
-    return [g for r in roots if r.is_dir() for g in r.glob("bwlab-*") if g.is_dir()]
+    return [g for r in roots if r.is_dir() for g in r.glob(f"bwlab-{run_id(o)}*") if g.is_dir()]
 
 
+@pytest.mark.untimed
 @needs_root()
 def test_a_bundle_on_this_host_ingests_like_a_run(tmp_path: Path) -> None:
     out = make(tmp_path)
-    groups_before = our_groups()
     res = subprocess.run(["sh", str(out / "run.sh"), str(tmp_path / "o")], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
-    assert our_groups() == groups_before and not pids_with(str(out / "bin"))
+    assert groups_of(tmp_path / "o") == [] and not pids_with(str(out / "bin"))
     assert (tmp_path / "o/cleanup.txt").read_text().strip() == "BWLAB-CLEAN"
     res = bwlab("ingest", str(tmp_path / "o"), "--out", str(tmp_path / "r"))
     assert res.returncode == 0, res.stderr
@@ -219,31 +226,30 @@ def test_a_bundle_on_this_host_ingests_like_a_run(tmp_path: Path) -> None:
     assert limited["nr_periods"] >= 80 and limited["events_per_s"] > 0
 
 
+@pytest.mark.untimed
 @needs_root()
 def test_an_interrupted_bundle_leaves_nothing(tmp_path: Path) -> None:
     out = make(tmp_path, "--duration", "30")
-    groups_before = our_groups()
-    dirs_before = set(Path("/tmp").glob("bwlab-*"))
     proc = subprocess.Popen(["sh", str(out / "run.sh"), str(tmp_path / "o")], stderr=subprocess.PIPE,
                             start_new_session=True)  # fmt: skip
     rc, err = interrupt_when(proc, lambda: bool(pids_with(str(out / "bin/spin"))), "spin never started", 60, 0.5)
     assert rc == 130, err
     assert "interrupted" in err
-    assert our_groups() == groups_before
+    assert groups_of(tmp_path / "o") == []
     assert not pids_with(str(out / "bin"))
-    assert set(Path("/tmp").glob("bwlab-*")) == dirs_before
+    assert not Path(f"/tmp/bwlab-{run_id(tmp_path / 'o')}").exists()
 
 
+@pytest.mark.untimed
 @needs_root()
 def test_a_bundle_runs_in_a_root_of_busybox_alone(tmp_path: Path) -> None:
     """Portability: a root with busybox and nothing else, the host's /sys, /proc and /dev
     mounted into it in a mount namespace of its own."""
     out = make(tmp_path)
     root = tmp_path / "root"
-    groups_before = our_groups()
     res = run_in_busybox_root(root, out, "/bin/sh /b/run.sh /o")
     assert res.returncode == 0, res.stderr
-    assert our_groups() == groups_before
+    assert groups_of(root / "o") == []
     assert not list((root / "bin").glob("python*")) and sorted(os.listdir(root)) == ["b", "bin", "dev", "o", "proc",
                                                                                       "sys", "tmp"]  # fmt: skip
     res = bwlab("ingest", str(root / "o"), "--out", str(tmp_path / "r"))

@@ -83,6 +83,7 @@ def test_noise_in_a_guest(kernel_key: str, tmp_path: Path) -> None:
     assert rep["metrics"]["timer_late_p50_us"] < 2000
 
 
+@pytest.mark.untimed
 def test_guest_timeout_is_reported(kernel_key: str, tmp_path: Path) -> None:
     proc = bwlab(*guest_args(kernel_key, tmp_path), "--timeout", "3", timeout=120)
     assert proc.returncode == 1
@@ -93,6 +94,7 @@ def test_guest_timeout_is_reported(kernel_key: str, tmp_path: Path) -> None:
     assert not pids_with("qemu-system", str(tmp_path))
 
 
+@pytest.mark.untimed
 def test_interrupt_kills_guest_and_temp_files(kernel_key: str, tmp_path: Path) -> None:
     tmpdir = tmp_path / "tmp"
     tmpdir.mkdir()
@@ -118,6 +120,7 @@ def _forget_kvm_probe(kernel_key: str) -> None:
         memo.write_text(json.dumps({k: v for k, v in known.items() if not k.endswith(kernel_key)}))
 
 
+@pytest.mark.untimed
 def test_accel_auto_records_what_it_chose(kernel_key: str, tmp_path: Path) -> None:
     """auto uses KVM where a probe guest reaches /init with it, else TCG, within the probe's
     limit, and says which and why in the result (on the lab's machine KVM guests hang: TCG)."""
@@ -139,6 +142,7 @@ def test_accel_auto_records_what_it_chose(kernel_key: str, tmp_path: Path) -> No
     assert (tmp_path / "boot" / "table2-10ms-guest-baseline.initramfs.cpio").stat().st_size > 1_000_000
 
 
+@pytest.mark.untimed
 def test_accel_kvm_fails_clearly_where_kvm_does_not_work(kernel_key: str, tmp_path: Path) -> None:
     _forget_kvm_probe(kernel_key)
     start = time.monotonic()
@@ -153,6 +157,7 @@ def test_accel_kvm_fails_clearly_where_kvm_does_not_work(kernel_key: str, tmp_pa
     assert not pids_with("qemu-system", "kvm-probe")
 
 
+@pytest.mark.untimed
 def test_show_command_boots_nothing(kernel_key: str, tmp_path: Path) -> None:
     proc = bwlab(*guest_args(kernel_key, tmp_path), "--accel", "tcg", "--show-command", timeout=120)
     assert proc.returncode == 0, proc.stderr
@@ -273,6 +278,7 @@ def guest_bundle(kernel_key: str, tmp_path: Path, *args: str) -> Path:
     return out
 
 
+@pytest.mark.untimed
 def test_a_guest_bundle_runs_in_a_root_of_busybox_alone(kernel_key: str, tmp_path: Path) -> None:
     """Portability of guests: in a root of busybox alone, the bundle's own QEMU (its loader,
     libraries, TCG module and firmware) boots the kernel, and the records ingest into results
@@ -304,9 +310,9 @@ def test_a_guest_bundle_runs_in_a_root_of_busybox_alone(kernel_key: str, tmp_pat
     assert got.cases[1].reps[0].metrics["nr_periods"] >= 150  # 2 s of 10 ms periods
 
 
+@pytest.mark.untimed
 def test_an_interrupted_guest_bundle_leaves_nothing(kernel_key: str, tmp_path: Path) -> None:
     out = guest_bundle(kernel_key, tmp_path, "--duration", "30")
-    dirs_before = set(Path("/tmp").glob("bwlab-*"))
     proc = subprocess.Popen(["sh", str(out / "run.sh"), str(tmp_path / "o")], stderr=subprocess.PIPE,
                             env={**os.environ, "BWLAB_ONLY": "guests"}, start_new_session=True)  # fmt: skip
     qemu_in = str(out / "guest/qemu")
@@ -314,4 +320,5 @@ def test_an_interrupted_guest_bundle_leaves_nothing(kernel_key: str, tmp_path: P
     assert rc == 130, err
     assert "interrupted" in err
     assert not pids_with(qemu_in) and not pids_with(str(out))
-    assert set(Path("/tmp").glob("bwlab-*")) == dirs_before
+    run_dir = next(x for x in (tmp_path / "o/probe.txt").read_text().splitlines() if x.startswith("dir="))[4:]
+    assert run_dir.startswith("/tmp/bwlab-") and not Path(run_dir).exists()

@@ -67,6 +67,7 @@ def _wait_for(predicate, timeout: float, what: str):  # type: ignore[no-untyped-
     raise AssertionError(f"timed out waiting for {what}")
 
 
+@pytest.mark.untimed
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_interrupt_mid_run_leaves_nothing(tmp_path: Path, sig: signal.Signals) -> None:
     tmpdir = tmp_path / "tmp"

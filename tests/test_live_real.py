@@ -290,6 +290,7 @@ def _one_line(proc: subprocess.CompletedProcess[str], expected: str) -> None:
     assert expected in lines[0], proc.stderr
 
 
+@pytest.mark.untimed
 def test_bad_input_is_one_line(tmp_path: Path) -> None:
     _one_line(bwlab("doctor", "/no/such/group", "--seconds", "1"), "no cgroup /no/such/group")
     dead = subprocess.Popen(["true"])
