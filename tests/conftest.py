@@ -300,6 +300,27 @@ def cmdlines_working_in(directory: Path) -> list[str]:
     return found
 
 
+# A bundle's smallest scenario: static spin at its quota (10 ms, 1 tick of burst) and unlimited.
+TINY = """name = "tiny"
+description = "spin at its quota, and unlimited"
+repetitions = 1
+duration_s = 1
+[cgroup]
+quota_cpus = "ncpu"
+period_us = 10000
+[workload]
+kind = "spin-cpu"
+threads = "ncpu"
+max_prime = 2000
+[[case]]
+name = "unlimited"
+"cgroup.quota_cpus" = "max"
+[[case]]
+name = "10ms-1tick"
+"cgroup.burst_ticks" = 1
+"""
+
+
 BUSYBOX = Path("/bin/busybox")
 
 

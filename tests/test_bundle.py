@@ -25,26 +25,8 @@ from bwlab.errors import BwlabError
 from bwlab.targets import bundle
 from bwlab.workloads import programs
 
-from conftest import bwlab, interrupt_when, needs_root, pids_with, run_in_busybox_root
+from conftest import TINY, bwlab, interrupt_when, needs_root, pids_with, run_in_busybox_root
 
-TINY = """name = "tiny"
-description = "spin at its quota, and unlimited"
-repetitions = 1
-duration_s = 1
-[cgroup]
-quota_cpus = "ncpu"
-period_us = 10000
-[workload]
-kind = "spin-cpu"
-threads = "ncpu"
-max_prime = 2000
-[[case]]
-name = "unlimited"
-"cgroup.quota_cpus" = "max"
-[[case]]
-name = "10ms-1tick"
-"cgroup.burst_ticks" = 1
-"""
 PLACEHOLDERS = {"@BWLAB_CPU@", "@BWLAB_ACCT@", "@BWLAB_CPUSET@", "@BWLAB_RUN@", "@BWLAB_BIN@"}
 
 

@@ -19,6 +19,7 @@ from bwlab.targets import qemu
 from conftest import (
     DATA,
     REPO,
+    TINY,
     assert_agrees_with_truth,
     assert_truth_knows_known_demand,
     bwlab,
@@ -250,28 +251,9 @@ def test_the_detector_against_traced_bursts_on_v2(kernel_key: str, tmp_path: Pat
             print(f"{case['case']}: truly below {truly}, called {called}, both {both}")
 
 
-BUNDLED = """name = "tiny"
-description = "spin at its quota, and unlimited"
-repetitions = 1
-duration_s = 2
-[cgroup]
-quota_cpus = "ncpu"
-period_us = 10000
-[workload]
-kind = "spin-cpu"
-threads = "ncpu"
-max_prime = 2000
-[[case]]
-name = "unlimited"
-"cgroup.quota_cpus" = "max"
-[[case]]
-name = "10ms"
-"""
-
-
 def guest_bundle(kernel_key: str, tmp_path: Path, *args: str) -> Path:
     scen = tmp_path / "tiny.toml"
-    scen.write_text(BUNDLED)
+    scen.write_text(TINY.replace("duration_s = 1", "duration_s = 2"))
     out = tmp_path / "b"
     res = bwlab("bundle", str(scen), "--ncpu", "2", "--kernel", kernel_key, "-o", str(out), *args, timeout=600)
     assert res.returncode == 0, res.stderr

@@ -214,16 +214,6 @@ def write_bundle(parts: list[Part], ncpus: list[int], hzs: list[int], out: Path,
     return archive
 
 
-def _facts(path: Path) -> dict[str, str]:
-    out: dict[str, str] = {}
-    if path.is_file():
-        for line in path.read_text().splitlines():
-            key, sep, value = line.partition("=")
-            if sep:
-                out[key] = value.strip()
-    return out
-
-
 def ingest(out: Path, results_dir: Path) -> list[Path]:
     """Result files for what a bundle's run.sh wrote in `out`, one per scenario."""
     manifest_path = out / MANIFEST
@@ -238,7 +228,7 @@ def ingest(out: Path, results_dir: Path) -> list[Path]:
     if manifest.get("format") != FORMAT:
         raise BwlabError(f"ingest: {manifest_path}: format {manifest.get('format')!r}, expected {FORMAT!r}")
     machine = ssh.parse_probe(str(out), (out / "probe.txt").read_text())
-    run = _facts(out / "run.txt")
+    run = bundle_guest.read_facts(out / "run.txt")
     hz = int(run["hz"]) if run.get("hz", "").isdigit() else None
     label = "bundle-" + "".join(c if c.isalnum() or c in "._-" else "_" for c in machine.facts.get("hostname", "x"))
     written: list[Path] = []

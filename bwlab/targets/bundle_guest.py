@@ -132,16 +132,6 @@ def qemu_files() -> dict[str, Path]:
     return files
 
 
-def _cpio(root: Path, dest: Path) -> None:
-    with dest.open("wb") as out:
-        find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
-        proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout,
-                              stdout=out, stderr=subprocess.PIPE, check=False)  # fmt: skip
-        find.wait()
-    if proc.returncode != 0 or find.returncode != 0:
-        raise BwlabError(f"bundle: cpio failed: {proc.stderr.decode(errors='replace').strip()}")
-
-
 def specs_of(scs: list[Scenario], vcpus: int, guest: Guest) -> list[list[RunSpec]]:
     spec_lists = [sc.resolve(vcpus, guest.image.hz) for sc in scs]
     for specs in spec_lists:
@@ -178,14 +168,15 @@ def write_guests(out: Path, scs: list[Scenario], guests: list[Guest], vcpus: lis
                 (Path(tmp) / "plan.sh").write_text(plan.render_plans(spec_lists, guest.features(), traced))
                 dest = out / f"guest/plans/n{n}/{g}.cpio"
                 dest.parent.mkdir(parents=True, exist_ok=True)
-                _cpio(Path(tmp), dest)
+                qemu.write_cpio(Path(tmp), dest)
         lines.append(f"{g} {guest.image.key} {guest.image.hz} {max(limits):.0f} {int(traced)} {guest.label}\n")
         entries.append({"label": guest.label, "policy": guest.policy, "kernel": guest.image.metadata()})
     (out / "guest/list").write_text("".join(lines))
     return {"vcpus": vcpus, "guests": entries}
 
 
-def _facts(path: Path) -> dict[str, str]:
+def read_facts(path: Path) -> dict[str, str]:
+    """The key=value lines run.sh writes (run.txt, guest-G.txt); {} if there is no file."""
     out: dict[str, str] = {}
     if path.is_file():
         for line in path.read_text().splitlines():
@@ -202,7 +193,7 @@ def ingest(out: Path, manifest: dict[str, Any], host: str, results_dir: Path) ->
     written: list[Path] = []
     failures: list[str] = []
     for g, entry in enumerate(part.get("guests", [])):
-        run = _facts(out / f"guest-{g}.txt")
+        run = read_facts(out / f"guest-{g}.txt")
         if not run:
             continue  # not booted (BWLAB_ONLY=host)
         kernel = entry["kernel"]

@@ -139,6 +139,11 @@ def build_initramfs(specs: list[RunSpec], dest: Path, work: Path, features: list
     (root / "init").chmod(0o755)
     text = plan_text if plan_text is not None else plan.render_plan(specs, features, boot_events=boot_events(specs))
     (root / "plan.sh").write_text(text)
+    return write_cpio(root, dest)
+
+
+def write_cpio(root: Path, dest: Path) -> Path:
+    """`root`'s tree as a newc cpio archive (what the kernel unpacks as an initramfs)."""
     with dest.open("wb") as out:
         find = subprocess.Popen(["find", "."], cwd=root, stdout=subprocess.PIPE)
         proc = subprocess.run(["cpio", "-o", "-H", "newc", "--quiet"], cwd=root, stdin=find.stdout,
