@@ -4,7 +4,9 @@ validate|sim. Parsing only: each verb family is a module of bwlab.commands."""
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
 import signal
 import sys
 from types import FrameType
@@ -27,11 +29,25 @@ from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
 from bwlab.targets import sim
 from bwlab.targets.qemu import ACCELS
 
+DESCRIPTION = (
+    "Linux CPU bandwidth control, measured: run scenarios on this host, in QEMU guests of built "
+    "kernels, over ssh and in a simulator; diagnose and tune live cgroups (doctor, top, tune, "
+    "exporter). README.md has the concepts; each verb has its own --help."
+)
+INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
 
 class Parser(argparse.ArgumentParser):
-    """argparse with one-line errors."""
+    """argparse with one-line errors, and "did you mean" for a mistyped verb or choice."""
 
     def error(self, message: str) -> NoReturn:
+        found = INVALID_CHOICE.search(message)
+        if found:
+            choices = [c.strip().strip("'") for c in found.group(2).split(",")]
+            close = difflib.get_close_matches(found.group(1), choices, n=1, cutoff=0.6)
+            if close:
+                message = (f"{message[: found.start()]}invalid choice: '{found.group(1)}': did you mean "
+                           f"'{close[0]}'? (choose from {found.group(2)})")  # fmt: skip
         sys.stderr.write(f"{self.prog}: error: {message}\n")
         raise SystemExit(2)
 
@@ -68,7 +84,7 @@ def target_arg(value: str) -> str:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = Parser(prog="bwlab", description=__doc__)
+    parser = Parser(prog="bwlab", description=DESCRIPTION)
     sub = parser.add_subparsers(dest="command", required=True, parser_class=Parser)
 
     kernel = sub.add_parser("kernel", help="fetch, build, list and clean kernels")

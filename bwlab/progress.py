@@ -3,13 +3,28 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import sys
 import time
 from collections.abc import Iterator
+from typing import TextIO
 
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-console = Console(stderr=True, highlight=False)
+# Not a terminal (a pipe, a file, CI's log): no wrapping at rich's default 80 columns, which
+# split table cells and long lines; $COLUMNS still wins where it is set.
+UNWRAPPED = 10_000
+
+
+def width_for(stream: TextIO) -> int | None:
+    """The console width for `stream`: the terminal's (None: rich asks), else unwrapped."""
+    if os.environ.get("COLUMNS") or stream.isatty():
+        return None
+    return UNWRAPPED
+
+
+console = Console(stderr=True, highlight=False, width=width_for(sys.stderr))
 
 
 @contextlib.contextmanager

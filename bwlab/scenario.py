@@ -57,9 +57,12 @@ class Workload:
             raise BwlabError(f"workload kind '{self.kind}' runs only in the simulator (--target sim)")
 
     def args(self, cgroup_dir: str, rep: int) -> list[str]:
-        """argv[1:] for one repetition: CGROUP_ARG and REP_ARG filled in."""
-        fill = {CGROUP_ARG: cgroup_dir, REP_ARG: str(rep + 1)}
-        return [fill.get(a, a) for a in self.argv[1:]]
+        """argv[1:] for one repetition: CGROUP_ARG and REP_ARG filled in, wherever they stand in
+        an argument (`sh -c "... @REP@ ..."` too)."""
+        out = []
+        for arg in self.argv[1:]:
+            out.append(arg.replace(CGROUP_ARG, cgroup_dir).replace(REP_ARG, str(rep + 1)))
+        return out
 
 
 @dataclass(frozen=True)
@@ -148,7 +151,13 @@ def _line_of(text: str, key: str, section: str | None = None) -> int:
 
 
 def _err(sc_path: Path, text: str, message: str, key: str = "", section: str | None = None) -> ScenarioError:
-    line = _line_of(text, key, section) if key or section else 0
+    line = 0
+    if key and section not in (None, "matrix", "case"):
+        # a value set by a [matrix] list or a [[case]] as a dotted key ("cgroup.period_us" = ...)
+        # overrides the section's own: that line first
+        line = _line_of(text, f"{section}.{key}", "matrix") or _line_of(text, f"{section}.{key}", "case")
+    if not line and (key or section):
+        line = _line_of(text, key, section)
     where = f"{sc_path}:{line}" if line else str(sc_path)
     return ScenarioError(f"{where}: {message}")
 

@@ -73,9 +73,11 @@ def test_report_on_missing_dir(tmp_path: Path) -> None:
 
 
 def test_check_lists_cases() -> None:
-    proc = bwlab("check", "table2", "--ncpu", "4")
+    proc = bwlab("check", "table2", "--ncpu", "4", env={"COLUMNS": ""})  # xdist's workers set COLUMNS=80
     assert proc.returncode == 0
-    assert "table2/10ms" in proc.stdout and "'quota_us': 40000" in proc.stdout
+    row = next(line for line in proc.stdout.splitlines() if "table2/10ms " in line)
+    # one row per case, unwrapped when piped: period, quota, repetitions x seconds, the command
+    assert "10000 us" in row and "40000 us" in row and " x " in row and "sysbench" in row, proc.stdout
 
 
 def test_workloads_lists_every_kind_with_its_parameters() -> None:
@@ -96,3 +98,18 @@ def test_reproduce_full_or_quick() -> None:
         proc.returncode == 1
         and proc.stderr == "bwlab: error: --full and --quick: choose one (without --full the run is the quick one)\n"
     )
+
+
+def test_a_mistyped_verb_or_choice_says_what_was_meant() -> None:
+    proc = bwlab("doctr", "/")
+    assert proc.returncode == 2 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "invalid choice: 'doctr': did you mean 'doctor'?" in proc.stderr
+    proc = bwlab("run", "table2", "--target", "sim", "--policy", "al")
+    assert "invalid choice: 'al': did you mean 'all'?" in proc.stderr
+    proc = bwlab("zzzz")  # nothing close: the plain list
+    assert proc.returncode == 2 and "did you mean" not in proc.stderr and "choose from" in proc.stderr
+
+
+def test_the_top_level_help_is_for_users() -> None:
+    proc = bwlab("--help")
+    assert proc.returncode == 0 and "Parsing only" not in proc.stdout and "doctor" in proc.stdout

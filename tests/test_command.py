@@ -109,6 +109,23 @@ def test_bad_tables_name_the_key(tmp_path: Path, spin: Path, old: str, new: str,
         scenario.load(path)
 
 
+def test_placeholders_are_filled_inside_arguments(tmp_path: Path, spin: Path) -> None:
+    """@REP@, @CGROUP@ and @DURATION@ wherever they stand in an argument (an `sh -c` string
+    too); an unknown @NAME@ is an error naming the known ones."""
+    path = write_scenario(tmp_path, spin)
+    text = path.read_text().replace(
+        'argv = ["spin", "1000", "0"]', 'argv = ["sh", "-c", "echo rep=@REP@ in @CGROUP@/x for @DURATION@ s", "@REP@"]'
+    )
+    path.write_text(text.replace("duration_s = 1", "duration_s = 2.5"))
+    spec = scenario.load(path).resolve(2)[0]
+    assert spec.workload.argv[2] == "echo rep=@REP@ in @CGROUP@/x for 3 s"  # whole seconds, rounded up
+    assert spec.workload.args("/sys/fs/cgroup/g", 1) == ["-c", "echo rep=2 in /sys/fs/cgroup/g/x for 3 s", "2"]
+    path.write_text(text.replace("@DURATION@", "@DURATON@"))
+    with pytest.raises(BwlabError, match=r"argv: @DURATON@ is not a placeholder bwlab fills in "
+                                         r"\(known: @CGROUP@, @REP@, @DURATION@\)"):  # fmt: skip
+        scenario.load(path)
+
+
 def test_missing_file_is_one_line(tmp_path: Path, spin: Path) -> None:
     path = write_scenario(tmp_path, spin)
     (tmp_path / "spin").unlink()

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import statistics
 from pathlib import Path
 
@@ -45,6 +46,12 @@ def test_not_significant_when_the_interval_holds_one() -> None:
     # a reference that cannot be told from 0 gives no ratio at all: unbounded, not significant
     noisy = compare.compare_values("s", "l", "c", "m", [-1, 1, 0.5], [5, 6, 7])
     assert noisy.kind == "ratio" and math.isinf(noisy.lo) and not noisy.significant
+    assert "no interval: A's mean cannot be told from 0" in noisy.interval()
+    # the range reads as a range: "[0.9 to 1.1]", never "[-7.353-9.994]"
+    assert re.fullmatch(r"\d\.\d{3}x \[\d\.\d{3} to \d\.\d{3}\]", same.interval()), same.interval()
+    # non-negative samples whose ratio interval reaches below 0: said in words
+    low = compare.compare_values("s", "l", "c", "m", [0.1, 3.0, 0.2], [5.0, 6.0, 7.0])
+    assert low.kind == "ratio" and (low.lo < 0 or math.isinf(low.lo)) and "no interval" in low.interval()
 
 
 def test_difference_when_the_reference_is_zero() -> None:
@@ -90,3 +97,20 @@ def test_compare_bad_input_is_one_line(tmp_path: Path) -> None:
                           ([str(tmp_path), str(tmp_path)], "no result files")):  # fmt: skip
         proc = bwlab("compare", *args)
         assert proc.returncode == 1 and message in proc.stderr and len(proc.stderr.strip().splitlines()) == 1
+
+
+def test_host_and_sim_results_pair_by_scenario_and_metrics_are_checked(tmp_path: Path) -> None:
+    """Directories whose files are named by their targets (table2-sim-mainline.json against
+    table2-sim-all.json) pair by scenario; an unknown --metric is an error listing the known."""
+    for name, policy in (("a", "mainline"), ("b", "all")):
+        proc = bwlab("run", "table2", "--target", "sim", "--policy", policy, "--reps", "2", "--duration", "1",
+                     "--out", str(tmp_path / name))  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+    proc = bwlab("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "throttled_pct", "--json", "-")
+    assert proc.returncode == 0, proc.stderr
+    rows = [json.loads(line) for line in proc.stdout.splitlines()]
+    assert rows and {(r["a"], r["b"]) for r in rows} == {("sim-mainline", "sim-all")}
+    proc = bwlab("compare", str(tmp_path / "a"), str(tmp_path / "b"), "--metric", "throttled")
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "--metric throttled: not a metric of these results (they have: " in proc.stderr
+    assert "throttled_pct" in proc.stderr

@@ -306,7 +306,7 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         env = {"BWLAB_CACHE": str(tmp_path)}
         _one_line(bwlab("tune", rel(grp), "--burst", "20000", env=env), "above the quota 10000 us")
         assert int(burst_file.read_text()) == 0  # nothing written
-        _one_line(bwlab("tune", rel(grp), "--burst", "-5", env=env), "expected auto or a number")
+        _one_line(bwlab("tune", rel(grp), "--burst", "-5", env=env), "--burst -5: a burst cannot be negative")
         _one_line(bwlab("tune", rel(grp), "--revert", env=env), "never changed")
         _one_line(bwlab("tune", rel(grp), env=env), "needs --burst")
         # bwlab imported as root (the checkout need not be readable by others), then run as nobody

@@ -277,3 +277,12 @@ def test_a_huge_matrix_is_refused_with_its_size(tmp_path: Path) -> None:
         scenario.load(path)
     proc = bwlab("check", str(path), timeout=30)  # refused at once, not expanded
     assert proc.returncode == 1 and "1,002,001 cases" in proc.stderr
+
+
+def test_a_bad_value_in_the_matrix_or_a_case_names_its_line(tmp_path: Path) -> None:
+    path = write(tmp_path, GOOD + '[matrix]\n"cgroup.period_us" = [10000, "fast"]\n')
+    with pytest.raises(scenario.ScenarioError, match=r"sc.toml:12: \[cgroup\] period_us must be an integer"):
+        scenario.load(path)
+    path = write(tmp_path, GOOD + '[[case]]\nname = "x"\n"cgroup.period_us" = -1\n')
+    with pytest.raises(scenario.ScenarioError, match=r"sc.toml:13: \[cgroup\] period_us must be an integer"):
+        scenario.load(path)

@@ -213,6 +213,11 @@ kind = "hackbench"
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["bwlab: error: workload kind 'hackbench' is not modelled by the "
                                                 "simulator (scenario y)"]  # fmt: skip
+    command = 'name = "c"\n[cgroup]\nquota_cpus = 1\n[workload]\nkind = "command"\nargv = ["true"]\n'
+    proc = bwlab("run", str(_scenario(tmp_path, command, "c.toml")), "--target", "sim", "--out", str(tmp_path))
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1
+    hint = 'record it with `bwlab doctor GROUP --save-trace FILE` and replay the file with kind = "trace"'
+    assert hint in proc.stderr, proc.stderr
     text = text.replace('kind = "hackbench"', 'kind = "onoff"\ndist = "pareto"')
     proc = bwlab("run", str(_scenario(tmp_path, text, "z.toml")), "--target", "sim", "--out", str(tmp_path))
     assert proc.returncode == 1

@@ -60,9 +60,11 @@ class Comparison:
         if self.a == self.b or (self.kind == "diff" and not any(self.a) and not any(self.b)):
             return "identical"
         if self.kind == "ratio":
-            if math.isinf(self.lo):
-                return f"{self.value:.3f}x [unbounded]"
-            return f"{self.value:.3f}x [{self.lo:.3f}-{self.hi:.3f}]"
+            if math.isinf(self.lo) or self.lo < 0 <= min(*self.a, *self.b):
+                # Fieller's interval of a ratio of non-negative means reaches below 0 (or has no
+                # bound at all) when A's mean cannot be told from 0 at this level
+                return f"{self.value:.3f}x (no interval: A's mean cannot be told from 0 with these repetitions)"
+            return f"{self.value:.3f}x [{self.lo:.3f} to {self.hi:.3f}]"
         return f"{self.value:+.3g} [{self.lo:+.3g} to {self.hi:+.3g}] (A is 0: difference)"
 
 
@@ -132,9 +134,39 @@ def pair(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
         others = [d / name for d in paths[1:]]
         if all(o.is_file() for o in others):
             pairs.append((results.load(path), [results.load(o) for o in others]))
+    if not pairs:  # other targets name their files otherwise (table2-host, table2-sim-all): by scenario
+        pairs = _pair_by_scenario(paths)
     if not pairs:
-        raise BwlabError(f"no result file of {paths[0]} has a namesake in {', '.join(map(str, paths[1:]))}")
+        raise BwlabError(f"no result of {paths[0]} pairs with one in {', '.join(map(str, paths[1:]))}: directories "
+                         "pair by file name, else by scenario where each holds one result of it; "
+                         "or name the files: bwlab compare A/X.json B/Y.json")  # fmt: skip
     return pairs
+
+
+def _pair_by_scenario(paths: Sequence[Path]) -> list[tuple[Result, list[Result]]]:
+    """Results of one scenario across directories (host against sim, guest against ssh), for
+    every scenario of which each directory holds exactly one result."""
+    per_dir: list[dict[str, list[Result]]] = []
+    for directory in paths:
+        found: dict[str, list[Result]] = {}
+        for path in sorted(directory.glob("*.json")):
+            try:
+                doc = results.load(path)
+            except BwlabError:
+                continue  # not a result (validate.json, a report's data)
+            found.setdefault(doc.scenario, []).append(doc)
+        per_dir.append(found)
+    pairs = []
+    for name, docs in per_dir[0].items():
+        others = [d.get(name, []) for d in per_dir[1:]]
+        if len(docs) == 1 and all(len(o) == 1 for o in others):
+            pairs.append((docs[0], [o[0] for o in others]))
+    return pairs
+
+
+def known_metrics(docs: Sequence[Result]) -> list[str]:
+    """Every metric some repetition of these results has."""
+    return sorted({k for d in docs for c in d.cases for r in c.reps for k in r.metrics})
 
 
 def fmt_sample(values: Sequence[float], factor: float = 1.0) -> str:

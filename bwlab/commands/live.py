@@ -8,6 +8,7 @@ import dataclasses
 import fnmatch
 import json
 import math
+import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -24,7 +25,7 @@ from bwlab.errors import BwlabError
 from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
-from bwlab.progress import console
+from bwlab.progress import console, width_for
 
 # the what-if replays the whole recording, up to this long (bursty groups differ from one
 # 10 s stretch to the next as much as the prediction's tolerance)
@@ -37,7 +38,14 @@ TOP_AFFINITY_THREADS = 64  # top reads the affinity of this many of a group's th
 # top walks the hierarchy for new and removed groups every this many refreshes
 REDISCOVER = 5
 
-out = Console(highlight=False)  # reports and tables: stdout (progress stays on stderr)
+out = Console(highlight=False, width=width_for(sys.stdout))  # reports and tables: stdout (progress: stderr)
+
+
+def bad_burst(text: str) -> str:
+    """Why `--burst TEXT` is refused: a negative number is not "not a number"."""
+    if text.lstrip("-").isdigit():
+        return f"--burst {text}: a burst cannot be negative (auto, 0 to remove it, or microseconds)"
+    return f"--burst {text!r}: expected auto or a whole number of microseconds"
 
 
 def facts_of(group: LiveGroup, recorder: threads.ThreadRecorder | None = None,
@@ -281,7 +289,7 @@ def watch_and_tune(args: argparse.Namespace) -> int:
     if not 0.1 <= args.interval <= 3600:
         raise BwlabError(f"--interval {args.interval:g}: expected 0.1..3600 seconds")
     if args.burst != "auto" and not args.burst.isdigit():
-        raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
+        raise BwlabError(bad_burst(args.burst))
     hier = groups.hierarchy()
     refused: set[str] = set()
     rounds = 0
@@ -326,7 +334,7 @@ def cmd_tune(args: argparse.Namespace) -> int:
     elif args.burst.isdigit():
         value = int(args.burst)
     else:
-        raise BwlabError(f"--burst {args.burst!r}: expected auto or a number of microseconds")
+        raise BwlabError(bad_burst(args.burst))
     old, new = tune.set_burst(group, value)
     out.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
     return 0

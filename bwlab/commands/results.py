@@ -22,7 +22,14 @@ def cmd_compare(args: argparse.Namespace) -> int:
     paths = [Path(p) for p in args.results]
     metrics = compare.metric_keys(args.metric)
     rows: list[dict[str, object]] = []
-    for ref, others in compare.pair(paths):
+    pairs = compare.pair(paths)
+    if metrics:
+        known = compare.known_metrics([doc for ref, others in pairs for doc in (ref, *others)])
+        unknown = [m for m in metrics if m not in known]
+        if unknown:
+            raise BwlabError(f"--metric {', '.join(unknown)}: not a metric of these results "
+                             f"(they have: {', '.join(known)})")  # fmt: skip
+    for ref, others in pairs:
         for other in others:
             found = compare.compare_results(ref, other, metrics)
             if not found:

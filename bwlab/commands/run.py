@@ -5,14 +5,18 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
+import sys
 from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
 
 from bwlab import scenario, workloads
 from bwlab.analysis import report
 from bwlab.commands import common
 from bwlab.commands.sim import sim_target
 from bwlab.errors import BwlabError
-from bwlab.progress import console
+from bwlab.progress import console, width_for
 from bwlab.targets.base import Target
 from bwlab.targets.host import HostTarget
 from bwlab.targets.qemu import QemuTarget
@@ -79,8 +83,22 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 
 def cmd_check(args: argparse.Namespace) -> int:
+    """Each scenario's cases as a table, resolved for --ncpu and --hz: what a run would do."""
+    out = Console(highlight=False, width=width_for(sys.stdout))
     for name in args.files:
         sc = scenario.load(scenario.find(name))
-        for spec in sc.resolve(args.ncpu, args.hz):
-            print(f"{sc.name}/{spec.case}: {spec.settings()}")
+        specs = sc.resolve(args.ncpu, args.hz)
+        table = Table(title=f"{sc.name}: {len(specs)} cases for {args.ncpu} CPUs"
+                      + (f", HZ={args.hz}" if args.hz else ""), title_justify="left")  # fmt: skip
+        for col in ("case", "period", "quota", "burst", "cpus", "reps x s", "workload", "sides, sysctls"):
+            table.add_column(col)
+        for spec in specs:
+            extra = [f"{s.kind}@{s.interval_us}us" for s in spec.sides] + [f"{k}={v}" for k, v in spec.sysctls.items()]
+            table.add_row(f"{sc.name}/{spec.case}", f"{spec.period_us} us",
+                          "max" if spec.quota_us is None else f"{spec.quota_us} us",
+                          f"{spec.burst_us} us" if spec.burst_us else "-", spec.cpus or "all",
+                          f"{spec.repetitions} x {spec.duration_s:g}",
+                          shlex.join(spec.workload.argv) + (f" (depth {spec.depth})" if spec.depth > 1 else ""),
+                          ", ".join(extra) or "-")  # fmt: skip
+        out.print(table)
     return 0

@@ -151,7 +151,10 @@ def _threads(spec: RunSpec, cpus: list[int]) -> tuple[list[dict[str, Any]], dict
     """The workload kind's model, its threads spread over the case's CPUs in the deepest group."""
     plugin = spec.workload.plugin
     if type(plugin).sim_model is WorkloadKind.sim_model:
-        raise BwlabError(f"workload kind '{plugin.name}' is not modelled by the simulator (scenario {spec.scenario})")
+        hint = ("; to simulate your program, record it with `bwlab doctor GROUP --save-trace FILE` and replay "
+                'the file with kind = "trace", paced = true') if plugin.name == "command" else ""  # fmt: skip
+        raise BwlabError(f"workload kind '{plugin.name}' is not modelled by the simulator (scenario {spec.scenario})"
+                         + hint)  # fmt: skip
     model = plugin.sim_model(spec.workload.resolved, cpus)
     leaf = spec.depth - 1  # nested groups: the workload runs in the deepest
     threads = [{"group": leaf, "cpu": cpus[i % len(cpus)], "behavior": b} for i, b in enumerate(model.behaviors)]

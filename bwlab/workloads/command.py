@@ -7,7 +7,9 @@
     metrics = "json-last-line"                  # optional: numbers of the last output line's JSON object
     check_exit = true                           # optional: false records a non-zero exit, not a failure
 
-`@CGROUP@` in argv is the group the program runs in, `@REP@` the repetition (1, 2, ...).
+`@CGROUP@` in argv is the group the program runs in, `@REP@` the repetition (1, 2, ...) and
+`@DURATION@` the scenario's duration in whole seconds, wherever they stand in an argument (so
+`sh -c "... @REP@ ..."` works); any other `@NAME@` is an error.
 Every repetition has the exit status, the elapsed time and the cpu.stat deltas; with
 `metrics = "json-last-line"` also every top-level number of that JSON object (and a
 `samples_us` list becomes the repetition's latency samples). A guest carries each of
@@ -17,14 +19,28 @@ Every repetition has the exit status, the elapsed time and the cpu.stat deltas; 
 from __future__ import annotations
 
 import math
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bwlab.errors import BwlabError
-from bwlab.workloads.base import COMMON_METRICS, Param, ParamError, Resolved, WorkloadKind, json_doc
+from bwlab.workloads.base import (
+    CGROUP_ARG,
+    COMMON_METRICS,
+    REP_ARG,
+    Param,
+    ParamError,
+    Resolved,
+    WorkloadKind,
+    duration_arg,
+    json_doc,
+)
 
 METRICS = ("none", "json-last-line")
+DURATION_ARG = "@DURATION@"
+PLACEHOLDERS = (CGROUP_ARG, REP_ARG, DURATION_ARG)
+PLACEHOLDER = re.compile(r"@[A-Z][A-Z_]*@")
 
 
 class Command(WorkloadKind):
@@ -36,12 +52,17 @@ class Command(WorkloadKind):
               "check_exit": Param("bool", True, help="false: a non-zero exit is recorded, not a failure")}  # fmt: skip
 
     def check(self, table: Mapping[str, Any]) -> None:
+        for arg in table.get("argv", []):
+            for name in PLACEHOLDER.findall(str(arg)):
+                if name not in PLACEHOLDERS:
+                    raise ParamError("argv", f"[workload] argv: {name} is not a placeholder bwlab fills in "
+                                     f"(known: {', '.join(PLACEHOLDERS)})")  # fmt: skip
         names = [Path(f).name for f in table.get("files", [])]
         if len(set(names)) != len(names):
             raise ParamError("files", "[workload] files: two files with one name (the target carries them by name)")
 
     def argv(self, w: Resolved, ncpu: int, duration_s: float) -> tuple[str, ...]:
-        return tuple(w["argv"])
+        return tuple(str(a).replace(DURATION_ARG, duration_arg(duration_s)) for a in w["argv"])
 
     def files(self, w: Resolved) -> dict[str, Path]:
         out = {}
