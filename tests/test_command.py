@@ -174,6 +174,27 @@ def test_exit_status_fails_or_is_recorded(tmp_path: Path, spin: Path) -> None:
     assert [r["metrics"]["exit_status"] for r in doc["cases"][0]["reps"]] == [3, 3]
 
 
+@pytest.mark.untimed
+@needs_root()
+def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(tmp_path: Path, spin: Path) -> None:
+    """A program that never exits is killed at its limit (3 x duration + 60 s); the result
+    keeps the case that finished, the hung case's other repetitions are not run, and the
+    one-line error says how to make it end (timeout @DURATION@)."""
+    path = write_scenario(tmp_path, spin, run_ms=200)
+    path.write_text(path.read_text().replace("[workload]", '[[case]]\nname = "ends"\n\n[[case]]\nname = "hangs"\n'
+                                             '"workload.argv" = ["sh", "-c", "while :; do :; done"]\n'
+                                             '"workload.metrics" = "none"\n\n[workload]'))  # fmt: skip
+    proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"), timeout=300)
+    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert "sh hung in case hangs: still running 63 s after it started (duration_s = 1), killed" in proc.stderr
+    assert 'argv = ["timeout", "@DURATION@", ...] ends it at the duration' in proc.stderr
+    doc = json.loads((tmp_path / "out" / "mine-host.json").read_text())
+    ends, hangs = doc["cases"]
+    assert [r["metrics"]["exit_status"] for r in ends["reps"]] == [0, 0]
+    assert "hung in case hangs" in hangs["reps"][0]["error"]
+    assert hangs["reps"][1]["error"] == "not run: repetition 1 of this case hung"
+
+
 @pytest.mark.guest
 def test_in_a_guest(tmp_path: Path, spin: Path) -> None:
     fetch = bwlab("kernel", "fetch", timeout=1800)  # cached after the first time

@@ -29,6 +29,11 @@ GRACE_FACTOR = 3.0
 GRACE_SECONDS = 60.0
 
 
+class Hung(BwlabError):
+    """A repetition's workload outlived its time limit and was killed: the result keeps the
+    cases before it and goes on with the next case."""
+
+
 def _joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> Callable[[], None]:
     def join() -> None:  # runs in the child between fork and exec
         pid = str(os.getpid())
@@ -89,10 +94,14 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                         preexec_fn=_joiner(grp.procs_files, trace),
                                         start_new_session=True)  # fmt: skip
+            limit = spec.duration_s * GRACE_FACTOR + GRACE_SECONDS
             try:
-                rc = proc.wait(timeout=spec.duration_s * GRACE_FACTOR + GRACE_SECONDS)
+                rc = proc.wait(timeout=limit)
             except subprocess.TimeoutExpired:
-                raise BwlabError(f"{argv[0]} hung in case {spec.case} (killed)") from None
+                raise Hung(f"{Path(argv[0]).name} hung in case {spec.case}: still running {limit:.0f} s after it "
+                           f"started (duration_s = {spec.duration_s:g}), killed. A workload must end by itself: "
+                           "for your own program, argv = [\"timeout\", \"@DURATION@\", ...] ends it at the "
+                           "duration (with check_exit = false: timeout exits 124)") from None  # fmt: skip
             finally:
                 _kill_group(proc)
             wall = time.monotonic() - start
@@ -166,7 +175,14 @@ class HostTarget:
             for ci, spec in enumerate(specs):
                 for rep in range(spec.repetitions):
                     progress.update(task, description=f"{sc.name} host {spec.case} rep {rep + 1}")
-                    raws[(ci, rep)] = run_rep(hier, spec, rep)
+                    try:
+                        raws[(ci, rep)] = run_rep(hier, spec, rep)
+                    except Hung as exc:  # the case's other repetitions would hang too: the next case
+                        raws[(ci, rep)] = str(exc)
+                        for later in range(rep + 1, spec.repetitions):
+                            raws[(ci, later)] = f"not run: repetition {rep + 1} of this case hung"
+                        progress.advance(task, spec.repetitions - rep)
+                        break
                     progress.advance(task)
         probe()
         meta = results.base_meta("host", self.label)
