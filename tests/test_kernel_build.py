@@ -196,3 +196,29 @@ def test_a_relative_series_path_names_its_patches_absolutely(tmp_path: Path, mon
     series = kernel_build.read_series(Path("patches/series"))
     # the build applies them from inside its own tree: a path relative to here would not be found
     assert all(p.is_absolute() and p.is_file() for p in series.patches)
+
+
+def test_two_fetches_at_once_fetch_once(empty_cache: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's parallel workers may both need the source on a cold cache: the second waits
+    for the first (a lock file) and takes its tree instead of fetching over it."""
+    import threading
+    import time
+
+    done: list[kernel_source.KernelSource] = []
+    fetched: list[float] = []
+
+    def slow_fetch() -> kernel_source.KernelSource:
+        fetched.append(time.monotonic())
+        time.sleep(0.3)
+        done.append(kernel_source.KernelSource(path=empty_cache / "src", version="7.3.4", origin="test"))
+        return done[0]
+
+    monkeypatch.setattr(kernel_source, "_fetch", slow_fetch)
+    monkeypatch.setattr(kernel_source, "cached_source", lambda: done[0] if done else None)
+    got: list[kernel_source.KernelSource] = []
+    workers = [threading.Thread(target=lambda: got.append(kernel_source.fetch())) for _ in range(2)]
+    for w in workers:
+        w.start()
+    for w in workers:
+        w.join(10)
+    assert len(fetched) == 1 and len(got) == 2 and got[0] == got[1]

@@ -8,6 +8,7 @@ is read from the system's own deb822 sources file so that no mirror is named her
 
 from __future__ import annotations
 
+import fcntl
 import hashlib
 import json
 import re
@@ -120,11 +121,26 @@ def cached_source() -> KernelSource | None:
 
 
 def fetch(force: bool = False) -> KernelSource:
-    """Download and extract the Debian kernel source into the cache (idempotent)."""
+    """Download and extract the Debian kernel source into the cache (idempotent). One fetch at
+    a time per cache (a lock file beside the source): two at once (the test suite's parallel
+    workers on a cold cache) would share apt's state and replace each other's tree."""
     if not force:
         existing = cached_source()
         if existing is not None:
             return existing
+    lock = cache_root() / "src" / "fetch.lock"
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with lock.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            if not force and (existing := cached_source()) is not None:
+                return existing  # fetched by the one we waited for
+            return _fetch()
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+def _fetch() -> KernelSource:
     state = cache_root() / "apt"
     (state / "sources.list.d").mkdir(parents=True, exist_ok=True)
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
