@@ -25,6 +25,7 @@ def width_for(stream: TextIO) -> int | None:
 
 
 console = Console(stderr=True, highlight=False, width=width_for(sys.stderr))
+out = Console(highlight=False, width=width_for(sys.stdout))  # reports and tables: stdout
 
 
 @contextlib.contextmanager

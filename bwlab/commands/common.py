@@ -73,10 +73,10 @@ def build(variant: kernel_build.Variant) -> kernel_build.KernelImage:
 
 def guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
     if args.kernel:
-        for img in kernel_build.list_images():
-            if img.key == args.kernel:
-                return img
-        raise BwlabError(f"no built kernel with key {args.kernel} (see 'bwlab kernel list')")
+        found = kernel_build.image_by_key(args.kernel)
+        if found is None:
+            raise BwlabError(f"no built kernel with key {args.kernel} (see 'bwlab kernel list')")
+        return found
     variant = variant_of(args, kernel_source_of(args, fetch=False), series_of(args))
     image = kernel_build.cached_image(variant)
     if image is None:

@@ -8,7 +8,6 @@ import dataclasses
 import fnmatch
 import json
 import math
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -16,7 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
 from rich.live import Live
 from rich.table import Table
 
@@ -25,7 +23,7 @@ from bwlab.errors import BwlabError
 from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
-from bwlab.progress import console, width_for
+from bwlab.progress import console, out
 
 # the what-if replays the whole recording, up to this long (bursty groups differ from one
 # 10 s stretch to the next as much as the prediction's tolerance)
@@ -37,8 +35,6 @@ TOP_AFFINITY_THREADS = 64  # top reads the affinity of this many of a group's th
 
 # top walks the hierarchy for new and removed groups every this many refreshes
 REDISCOVER = 5
-
-out = Console(highlight=False, width=width_for(sys.stdout))  # reports and tables: stdout (progress: stderr)
 
 
 def bad_burst(text: str) -> str:

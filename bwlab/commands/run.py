@@ -5,10 +5,8 @@ from __future__ import annotations
 import argparse
 import contextlib
 import shlex
-import sys
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
 
 from bwlab import scenario, workloads
@@ -16,7 +14,7 @@ from bwlab.analysis import report
 from bwlab.commands import common
 from bwlab.commands.sim import sim_target
 from bwlab.errors import BwlabError
-from bwlab.progress import console, width_for
+from bwlab.progress import console, out
 from bwlab.targets.base import Target
 from bwlab.targets.host import HostTarget
 from bwlab.targets.qemu import QemuTarget
@@ -84,7 +82,6 @@ def cmd_workloads(args: argparse.Namespace) -> int:
 
 def cmd_check(args: argparse.Namespace) -> int:
     """Each scenario's cases as a table, resolved for --ncpu and --hz: what a run would do."""
-    out = Console(highlight=False, width=width_for(sys.stdout))
     for name in args.files:
         sc = scenario.load(scenario.find(name))
         specs = sc.resolve(args.ncpu, args.hz)

@@ -219,6 +219,11 @@ def cached_image(variant: Variant) -> KernelImage | None:
     return None
 
 
+def image_by_key(key: str) -> KernelImage | None:
+    """A built kernel by its key (`bwlab kernel list`), or None."""
+    return next((image for image in list_images() if image.key == key), None)
+
+
 def list_images() -> list[KernelImage]:
     root = images_dir()
     if not root.is_dir():

@@ -24,15 +24,13 @@ scenario and guest, labelled as `bwlab run --target guest` labels them.
 
 from __future__ import annotations
 
-import re
 import shutil
-import subprocess
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bwlab import results, scenario
+from bwlab import scenario
 from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import policies
@@ -65,10 +63,10 @@ class Guest:
 
 
 def find_image(key: str) -> kernel_build.KernelImage:
-    for image in kernel_build.list_images():
-        if image.key == key:
-            return image
-    raise BwlabError(f"bundle: no built kernel with key {key} (see 'bwlab kernel list')")
+    found = kernel_build.image_by_key(key)
+    if found is None:
+        raise BwlabError(f"bundle: no built kernel with key {key} (see 'bwlab kernel list')")
+    return found
 
 
 def guests_for(keys: list[str], policy_names: list[str]) -> list[Guest]:
@@ -87,17 +85,6 @@ def guests_for(keys: list[str], policy_names: list[str]) -> list[Guest]:
     if len({g.label for g in guests}) != len(guests):
         raise BwlabError("bundle: two kernels of the same kind (baseline/patched, HZ) would share a label")
     return guests
-
-
-def _libraries(binary: Path) -> list[Path]:
-    """The shared libraries `binary` loads, its dynamic loader included (ldd)."""
-    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
-    libs = []
-    for line in proc.stdout.splitlines():
-        match = re.search(r"(/\S+)\s+\(0x", line)
-        if match:
-            libs.append(Path(match.group(1)))
-    return libs
 
 
 def _find_beside(binary: Path, dirs: tuple[str, ...], name: str) -> Path:
@@ -119,7 +106,7 @@ def qemu_files() -> dict[str, Path]:
     modules = {name: _find_beside(binary, MODULE_DIRS, name) for name in MODULES}
     loaders = []
     for program in (binary, *modules.values()):
-        for lib in _libraries(program):
+        for lib in qemu.shared_libraries(program):
             if lib.name.startswith("ld-linux"):
                 loaders.append(lib)
             files[f"guest/qemu/lib/{lib.name}"] = lib.resolve()
@@ -146,7 +133,8 @@ def write_guests(out: Path, scs: list[Scenario], guests: list[Guest], vcpus: lis
         (out / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy(src, out / name)
         (out / name).chmod(0o755)
-    every = [s for g in guests for n in vcpus for specs in specs_of(scs, n, g) for s in specs]
+    resolved = {(g, n): specs_of(scs, n, guest) for g, guest in enumerate(guests) for n in vcpus}
+    every = [s for spec_lists in resolved.values() for specs in spec_lists for s in specs]
     with tempfile.TemporaryDirectory(prefix="bwlab-bundle-") as tmp:
         qemu.build_initramfs(every, out / "guest/initramfs.cpio", Path(tmp), plan_text="")
     lines = []
@@ -159,7 +147,7 @@ def write_guests(out: Path, scs: list[Scenario], guests: list[Guest], vcpus: lis
         limits = []
         traced = False
         for n in vcpus:
-            spec_lists = specs_of(scs, n, guest)
+            spec_lists = resolved[(g, n)]
             flat = [s for specs in spec_lists for s in specs]
             traced = traced or qemu.boot_events(flat)
             limits.append(sum(qemu.guest_timeout(specs) for specs in spec_lists)
@@ -196,45 +184,24 @@ def ingest(out: Path, manifest: dict[str, Any], host: str, results_dir: Path) ->
         run = read_facts(out / f"guest-{g}.txt")
         if not run:
             continue  # not booted (BWLAB_ONLY=host)
-        kernel = entry["kernel"]
+        kernel = entry["kernel"]  # KernelImage.metadata()
         vcpus = int(run.get("vcpus", "0"))
         records = out / f"guest-{g}.records.txt"
         console_path = out / f"guest-{g}.console.txt"
         text = records.read_text(errors="replace") if records.is_file() else ""
         outputs = plan.split_scenarios(text, len(scs))
         splats = qemu.find_splats(console_path.read_text(errors="replace") if console_path.is_file() else "")
-        accel = run.get("accel", "?")
-        label = entry["label"] + ("-kvm" if accel == "kvm" else "") + f"-on-{host}"
+        label = entry["label"] + ("-kvm" if run.get("accel") == "kvm" else "") + f"-on-{host}"
+        image = kernel_build.KernelImage(**{**kernel, "bzimage": Path(kernel["bzimage"]),
+                                            "patches": tuple(kernel["patches"])})  # fmt: skip
+        accel = qemu.Accel(run.get("accel", "?"), run.get("accel_reason", ""))
+        boot = qemu.GuestRun(output=plan.PlanOutput(), console=console_path, results=records, splats=splats,
+                             status=run.get("status", ""), elapsed_s=float(run.get("elapsed_s", "0") or 0),
+                             timer_thread=run.get("timer_thread", ""))  # fmt: skip
         for sc, output in zip(scs, outputs, strict=True):
-            specs = sc.resolve(vcpus, int(kernel["hz"]))
-            hello = output.hello
-            meta = results.base_meta("guest", label)
-            meta.update({
-                "policy": entry["policy"],
-                "sched_features": policies.parse_features(output.features),
-                "kernel_release": hello.get("release"),
-                "kernel_key": kernel["key"],
-                "source_version": kernel["version"],
-                "source_origin": kernel["origin"],
-                "series_hash": kernel["series_digest"],
-                "patches": kernel["patches"],
-                "config_hash": kernel["config_digest"],
-                "hz": kernel["hz"],
-                "vcpus": vcpus,
-                "accel": accel,
-                "accel_reason": run.get("accel_reason"),
-                "guest_ncpu": int(hello["ncpu"]) if hello.get("ncpu", "").isdigit() else None,
-                "slice_us": int(hello["slice_us"]) if hello.get("slice_us", "").isdigit() else None,
-                "cgroup": "cgroup v2 at /sys/fs/cgroup (guest)",
-                "console_log": str(console_path),
-                "splats": splats[:20],
-                "elapsed_s": float(run.get("elapsed_s", "0") or 0),
-                "qemu_timer_thread": run.get("timer_thread"),
-                "bundle_host": host,
-                "bundle_revision": manifest.get("bwlab_revision"),
-            })  # fmt: skip
-            if output.noise:
-                meta["noise"] = base.machine_noise(output.noise)
+            specs = sc.resolve(vcpus, image.hz)
+            meta = qemu.guest_meta(label, image, entry["policy"], vcpus, accel, output, boot)
+            meta.update({"bundle_host": host, "bundle_revision": manifest.get("bwlab_revision")})
             ok = run.get("status") == "ok" and output.done and not output.errors and not splats
             written.append(base.write_result(results_dir, sc, meta, "ok" if ok else "failed",
                                              base.case_docs(specs, output.records)))  # fmt: skip

@@ -90,18 +90,20 @@ def find_splats(console: str) -> list[str]:
     return [line.strip() for line in console.splitlines() if any(p.search(line) for p in SPLAT_PATTERNS)]
 
 
+def shared_libraries(binary: Path) -> list[Path]:
+    """The shared libraries `binary` loads, its dynamic loader included (ldd); none for a
+    static program ("not a dynamic executable")."""
+    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
+    if proc.returncode != 0:
+        return []
+    return [Path(m.group(1)) for line in proc.stdout.splitlines() if (m := re.search(r"(/\S+)\s+\(0x", line))]
+
+
 def _copy_with_libs(binary: Path, root: Path, dest: str) -> None:
     target = root / dest.lstrip("/")
     target.parent.mkdir(parents=True, exist_ok=True)
     shutil.copy2(binary, target)
-    proc = subprocess.run(["ldd", str(binary)], capture_output=True, text=True, check=False)
-    if proc.returncode != 0:  # static binaries: "not a dynamic executable"
-        return
-    for line in proc.stdout.splitlines():
-        match = re.search(r"(/\S+)\s+\(0x", line)
-        if not match:
-            continue
-        lib = Path(match.group(1))
+    for lib in shared_libraries(binary):
         lib_target = root / str(lib).lstrip("/")
         if not lib_target.exists():
             lib_target.parent.mkdir(parents=True, exist_ok=True)
@@ -310,6 +312,39 @@ def boot(image: KernelImage, specs: list[RunSpec], vcpus: int, log_dir: Path, la
                     status=status, elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip
 
 
+def guest_meta(label: str, image: KernelImage, policy: str | None, vcpus: int, accel: Accel,
+               output: plan.PlanOutput, run: GuestRun) -> dict[str, Any]:  # fmt: skip
+    """A guest result's meta: the kernel booted, what the guest said of itself, the boot's
+    accelerator, console and timer thread (the lab's runs and a bundle's guests alike)."""
+    hello = output.hello
+    meta = results.base_meta("guest", label)
+    meta.update({
+        "policy": policy,
+        "sched_features": policies.parse_features(output.features),
+        "kernel_release": hello.get("release"),
+        "kernel_key": image.key,
+        "source_version": image.version,
+        "source_origin": image.origin,
+        "series_hash": image.series_digest,
+        "patches": list(image.patches),
+        "config_hash": image.config_digest,
+        "hz": image.hz,
+        "vcpus": vcpus,
+        "accel": accel.name,
+        "accel_reason": accel.reason,
+        "guest_ncpu": int(hello["ncpu"]) if hello.get("ncpu", "").isdigit() else None,
+        "slice_us": int(hello["slice_us"]) if hello.get("slice_us", "").isdigit() else None,
+        "cgroup": "cgroup v2 at /sys/fs/cgroup (guest)",
+        "console_log": str(run.console),
+        "splats": run.splats[:20],
+        "elapsed_s": round(run.elapsed_s, 1),
+        "qemu_timer_thread": run.timer_thread,
+    })  # fmt: skip
+    if output.noise:
+        meta["noise"] = base.machine_noise(output.noise)
+    return meta
+
+
 # ---- accelerator choice ------------------------------------------------------------------
 # A probe guest (the lab's initramfs with an empty plan) must reach /init within this many
 # seconds under KVM; on a machine where KVM guests hang, --accel auto falls back to TCG after
@@ -504,34 +539,7 @@ class QemuTarget:
         return paths
 
     def _meta(self, label: str, accel: Accel, run: GuestRun, output: plan.PlanOutput) -> dict[str, Any]:
-        image = self.image
-        hello = output.hello
-        meta = results.base_meta("guest", label)
-        meta.update({
-            "policy": self.policy,
-            "sched_features": policies.parse_features(output.features),
-            "kernel_release": hello.get("release"),
-            "kernel_key": image.key,
-            "source_version": image.version,
-            "source_origin": image.origin,
-            "series_hash": image.series_digest,
-            "patches": list(image.patches),
-            "config_hash": image.config_digest,
-            "hz": image.hz,
-            "vcpus": self.vcpus,
-            "accel": accel.name,
-            "accel_reason": accel.reason,
-            "guest_ncpu": int(hello["ncpu"]) if hello.get("ncpu", "").isdigit() else None,
-            "slice_us": int(hello["slice_us"]) if hello.get("slice_us", "").isdigit() else None,
-            "cgroup": "cgroup v2 at /sys/fs/cgroup (guest)",
-            "console_log": str(run.console),
-            "splats": run.splats[:20],
-            "elapsed_s": round(run.elapsed_s, 1),
-            "qemu_timer_thread": run.timer_thread,
-        })  # fmt: skip
-        if output.noise:
-            meta["noise"] = base.machine_noise(output.noise)
-        return meta
+        return guest_meta(label, self.image, self.policy, self.vcpus, accel, output, run)
 
     def command(self, sc: Scenario, out_dir: Path) -> list[str]:
         """The QEMU command line of this run, its initramfs and plan.sh kept in OUT/boot/: to
