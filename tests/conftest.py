@@ -408,14 +408,31 @@ def assert_agrees_with_truth(m: dict[str, float], case: str, wrong_share: float 
     entry in docs/testing.md) and at least half of the
     truly below-quota periods found where there are five or more. Returns (truly below, called
     below, both) to pool."""
+    return assert_pooled_agreement([m], case, wrong_share, wrong_min, overuse_min, 5)
+
+
+def truth_counts(m: dict[str, float]) -> tuple[int, int, int, int]:
+    """(throttled, truly below, called below, both) of one repetition's truth metrics."""
     throttled = round(m["nr_throttled"])
-    truly, both = round(m.get("traced_below", 0)), round(m.get("below_both", 0))
     called = round((m.get("below_quota_share") or 0) * throttled)
-    summary = f"{case}: throttled {throttled}, truly below {truly}, called {called}, both {both}"
-    assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], summary
+    return throttled, round(m.get("traced_below", 0)), called, round(m.get("below_both", 0))
+
+
+def assert_pooled_agreement(reps: list[dict[str, float]], case: str, wrong_share: float, wrong_min: int,
+                            overuse_min: int, recall_from: int) -> tuple[int, int, int]:  # fmt: skip
+    """assert_agrees_with_truth's checks on the counts of several repetitions of one case added
+    up (the timer check per repetition): over-use called below at most max(`overuse_min`,
+    5 %), wrong below calls at most max(`wrong_min`, `wrong_share`), and half the truly
+    below-quota periods found where there are `recall_from` or more."""
+    totals = [0, 0, 0, 0]
+    for m in reps:
+        assert m["traced_timer_hits"] >= 0.95 * m["sampled_periods"], (case, m)
+        totals = [a + b for a, b in zip(totals, truth_counts(m), strict=True)]
+    throttled, truly, called, both = totals
+    summary = f"{case}: throttled {throttled}, truly below {truly}, called {called}, both {both} ({len(reps)} reps)"
     assert called - both <= max(overuse_min, 0.05 * (throttled - truly)), summary
     assert called - both <= max(wrong_min, wrong_share * called), summary
-    assert truly < 5 or both >= 0.5 * truly, summary
+    assert truly < recall_from or both >= 0.5 * truly, summary
     return truly, called, both
 
 
