@@ -3,25 +3,33 @@
 Contract: argv[0] is one of `files` (carried to the target) or a program there; every
 repetition has the exit status, elapsed time and cpu.stat deltas; `metrics = "json-last-line"`
 adds the numbers of the last output line's JSON object and its samples_us; a non-zero exit
-fails the repetition unless check_exit = false.
+fails the repetition unless check_exit = false. A program still running at the duration (and
+its slack) is stopped, on the host and in a plan target's shell: SIGTERM to every task of its
+group, SIGKILL after a grace; the repetition counts, with `stopped` 1. One that says it ends by
+itself (ends_by_itself = true) and never does is killed at the hang limit, and the error says
+what to do.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import shutil
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from bwlab import scenario
 from bwlab.errors import BwlabError
+from bwlab.targets import base, plan
+from bwlab.targets.base import RawRep
 from bwlab.workloads import command
-from bwlab.workloads.base import Resolved
+from bwlab.workloads.base import Resolved, stop_time_s
 
-from conftest import bwlab, needs_root, tool_or_skip
+from conftest import bwlab, needs_root, pids_with, run_in_busybox_root, tool_or_skip
 
 # Spins on one thread for the given milliseconds of wall time, printing how many loops it
 # made and one "latency" sample per 100 ms; exits with the status given as argv[2].
@@ -174,20 +182,107 @@ def test_exit_status_fails_or_is_recorded(tmp_path: Path, spin: Path) -> None:
     assert [r["metrics"]["exit_status"] for r in doc["cases"][0]["reps"]] == [3, 3]
 
 
+# Never ends by itself: two busy children, one deaf to SIGTERM (only SIGKILL ends it).
+FOREVER_SH = """#!/bin/sh
+( trap '' TERM; while :; do :; done ) &
+while :; do :; done &
+wait
+"""
+
+
+def forever_scenario(directory: Path, spin: Path) -> Path:
+    """Two cases of one repetition: `ends` (spin, 200 ms) and `forever` (FOREVER_SH)."""
+    path = write_scenario(directory, spin, run_ms=200)
+    (directory / "forever.sh").write_text(FOREVER_SH)
+    (directory / "forever.sh").chmod(0o755)
+    path.write_text(path.read_text().replace("repetitions = 2", "repetitions = 1").replace(
+        "[workload]", '[[case]]\nname = "ends"\n\n[[case]]\nname = "forever"\n"workload.argv" = ["forever.sh"]\n'
+        '"workload.files" = ["forever.sh"]\n"workload.metrics" = "none"\n\n[workload]'))  # fmt: skip
+    return path
+
+
+def assert_stopped_at_the_duration(doc: dict[str, Any]) -> None:
+    """`ends` ended by itself (stopped 0); `forever` was stopped (1) after its stop time (2 s for
+    duration_s = 1) and well before the hang limit (63 s), its SIGTERM-deaf child killed, and
+    it counts: no error, its cpu.stat deltas there."""
+    ends, forever = doc["cases"]
+    assert ends["reps"][0]["metrics"]["stopped"] == 0 and ends["reps"][0]["metrics"]["exit_status"] == 0
+    rep = forever["reps"][0]
+    assert "error" not in rep, rep
+    m = rep["metrics"]
+    assert m["stopped"] == 1 and m["exit_status"] != 0
+    assert stop_time_s(1) <= m["wall_s"] < 30 and m["nr_periods"] > 100
+
+
+def test_the_plan_stops_only_what_does_not_end_by_itself(tmp_path: Path, spin: Path) -> None:
+    """The plan targets' shell: a watcher beside a command workload only (not beside a
+    built-in one, nor with ends_by_itself = true), valid sh; its `stopped` record is read."""
+    specs = scenario.load(forever_scenario(tmp_path, spin)).resolve(2)
+    text = plan.render_plan(specs)
+    subprocess.run(["sh", "-n"], input=text, text=True, check=True)
+    assert text.count("& STOPPER=$!") == 2 and "sleep 2 & SL=$!" in text
+    path = tmp_path / "mine.toml"
+    path.write_text(path.read_text() + "ends_by_itself = true\n")
+    assert "STOPPER" not in plan.render_plan(scenario.load(path).resolve(2))
+    assert "STOPPER" not in plan.render_plan(scenario.load(scenario.builtin_path("below-quota")).resolve(2))
+    records = "BWLAB-BEGIN 0 0\nBWLAB-SECTION rc\n143\nBWLAB-SECTION stopped\n1\nBWLAB-END 0 0\n"
+    assert plan.parse_records(records).records[(0, 0)].stopped  # type: ignore[union-attr]
+
+
+def test_a_stop_is_no_failure_and_a_stopped_program_without_its_line_says_why(tmp_path: Path, spin: Path) -> None:
+    spec = scenario.load(write_scenario(tmp_path, spin)).resolve(2)[0]
+    stat = "nr_periods 10\nnr_throttled 5\nthrottled_usec 1000\nusage_usec 50000\n"
+    raw = RawRep(stat, stat, 2.0, 143, "spin starting\n", stopped=True)
+    why = r"stopped 2 s after it started, at the duration: print the line on SIGTERM, or set ends_by_itself = true"
+    with pytest.raises(BwlabError, match=r"spin output is not its JSON document.*" + why):
+        base.rep_metrics(spec, raw)
+    raw = dataclasses.replace(raw, stdout='{"loops": 3}\n')
+    assert base.rep_metrics(spec, raw)[0]["stopped"] == 1
+    with pytest.raises(BwlabError, match="spin exited 143"):
+        base.rep_metrics(spec, dataclasses.replace(raw, stopped=False))
+
+
+@pytest.mark.untimed
+@needs_root()
+def test_a_program_that_never_exits_is_stopped_at_its_duration_on_the_host(tmp_path: Path, spin: Path) -> None:
+    path = forever_scenario(tmp_path, spin)
+    proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"), timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert_stopped_at_the_duration(json.loads((tmp_path / "out" / "mine-host.json").read_text()))
+    assert not pids_with(str(tmp_path / "forever.sh"))
+
+
+@pytest.mark.untimed
+@needs_root()
+def test_a_program_that_never_exits_is_stopped_at_its_duration_in_a_bundle(tmp_path: Path, spin: Path) -> None:
+    """The plan targets' watcher, in busybox's sh, on this host's real cgroups (a bundle)."""
+    path = forever_scenario(tmp_path, spin)
+    res = bwlab("bundle", str(path), "-o", str(tmp_path / "b"))
+    assert res.returncode == 0, res.stderr
+    root = tmp_path / "root"
+    res = run_in_busybox_root(root, tmp_path / "b", "/bin/sh /b/run.sh /o")
+    assert res.returncode == 0, res.stderr
+    res = bwlab("ingest", str(root / "o"), "--out", str(tmp_path / "r"))
+    assert res.returncode == 0, res.stderr
+    assert_stopped_at_the_duration(json.loads(next((tmp_path / "r").glob("mine-bundle-*.json")).read_text()))
+    assert not pids_with("/b/bin/forever.sh")
+
+
 @pytest.mark.untimed
 @needs_root()
 def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(tmp_path: Path, spin: Path) -> None:
-    """A program that never exits is killed at its limit (3 x duration + 60 s); the result
-    keeps the case that finished, the hung case's other repetitions are not run, and the
-    one-line error says how to make it end (timeout @DURATION@)."""
+    """A program that says it ends by itself and never does is killed at its limit (3 x
+    duration + 60 s); the result keeps the case that finished, the hung case's other
+    repetitions are not run, and the one-line error says how to make it end."""
     path = write_scenario(tmp_path, spin, run_ms=200)
     path.write_text(path.read_text().replace("[workload]", '[[case]]\nname = "ends"\n\n[[case]]\nname = "hangs"\n'
                                              '"workload.argv" = ["sh", "-c", "while :; do :; done"]\n'
-                                             '"workload.metrics" = "none"\n\n[workload]'))  # fmt: skip
+                                             '"workload.metrics" = "none"\n"workload.ends_by_itself" = true\n\n'
+                                             '[workload]'))  # fmt: skip
     proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"), timeout=300)
     assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
     assert "sh hung in case hangs: still running 63 s after it started (duration_s = 1), killed" in proc.stderr
-    assert 'argv = ["timeout", "@DURATION@", ...] ends it at the duration' in proc.stderr
+    assert "It has ends_by_itself = true: remove that line to stop it at the duration" in proc.stderr
     doc = json.loads((tmp_path / "out" / "mine-host.json").read_text())
     ends, hangs = doc["cases"]
     assert [r["metrics"]["exit_status"] for r in ends["reps"]] == [0, 0]

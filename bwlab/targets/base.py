@@ -47,6 +47,7 @@ class RawRep:
     stderr: str = ""
     sides: list[str] = field(default_factory=list)
     lock_stat: str = ""  # /proc/lock_stat lines of the probed classes, after the run
+    stopped: bool = False  # still running at WorkloadKind.stop_after_s, and stopped
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -89,13 +90,22 @@ def parse_lock_stat(text: str, classes: tuple[str, ...]) -> dict[str, LockStat]:
 def rep_metrics(spec: RunSpec, raw: RawRep) -> tuple[dict[str, float | None], list[int]]:
     """Metrics of one repetition and its latency samples (empty when it has none)."""
     plugin = spec.workload.plugin
-    if plugin.exit_is_failure(spec.workload.resolved, raw.rc):
+    stop_s = plugin.stop_after_s(spec.workload.resolved, spec.duration_s)
+    if not raw.stopped and plugin.exit_is_failure(spec.workload.resolved, raw.rc):  # a stop's signal is no failure
         tail = (raw.stderr or raw.stdout).strip().splitlines()[-1:] or ["(no output)"]
         raise BwlabError(f"{spec.workload.argv[0]} exited {raw.rc} in case {spec.case}: {tail[0]}")
     out = cpustat.stat_metrics(cpustat.delta(raw.stat_before, raw.stat_after), raw.wall_s, spec.period_us,
                                spec.quota_us)  # fmt: skip
     out["exit_status"] = float(raw.rc)
-    parsed, samples = plugin.parse(raw.stdout, spec.workload.resolved)
+    if stop_s is not None:
+        out["stopped"] = float(raw.stopped)
+    try:
+        parsed, samples = plugin.parse(raw.stdout, spec.workload.resolved)
+    except BwlabError as exc:
+        if not raw.stopped:
+            raise
+        raise BwlabError(f"{exc} (stopped {stop_s:.0f} s after it started, at the duration: print the line "
+                         "on SIGTERM, or set ends_by_itself = true if it ends by itself)") from None  # fmt: skip
     out.update(parsed)
     if spec.lock_classes and raw.lock_stat:
         total = sum(parse_lock_stat(raw.lock_stat, spec.lock_classes).values(), LockStat())

@@ -23,6 +23,7 @@ from bwlab.scenario import RunSpec, Scenario, noise_seconds
 from bwlab.targets import base
 from bwlab.targets.base import RawRep
 from bwlab.workloads import noise, programs
+from bwlab.workloads.base import STOP_GRACE_S
 
 # How far past its nominal duration a workload may run before it counts as hung.
 GRACE_FACTOR = 3.0
@@ -94,17 +95,19 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
                                         preexec_fn=_joiner(grp.procs_files, trace),
                                         start_new_session=True)  # fmt: skip
+            stop_s = spec.workload.plugin.stop_after_s(spec.workload.resolved, spec.duration_s)
             limit = spec.duration_s * GRACE_FACTOR + GRACE_SECONDS
+            stopped = False
             try:
-                rc = proc.wait(timeout=limit)
+                if stop_s is not None:
+                    stopped = _stop_at(proc, grp, stop_s)
+                rc = proc.wait(timeout=limit - (time.monotonic() - start))
             except subprocess.TimeoutExpired:
-                raise Hung(f"{Path(argv[0]).name} hung in case {spec.case}: still running {limit:.0f} s after it "
-                           f"started (duration_s = {spec.duration_s:g}), killed. A workload must end by itself: "
-                           "for your own program, argv = [\"timeout\", \"@DURATION@\", ...] ends it at the "
-                           "duration (with check_exit = false: timeout exits 124)") from None  # fmt: skip
+                raise Hung(_hung_message(Path(argv[0]).name, spec, limit, stop_s is not None)) from None
             finally:
                 _kill_group(proc)
             wall = time.monotonic() - start
+            rc = 128 - rc if rc < 0 else rc  # killed by a signal: as a shell says it (the plan targets' RC)
             after = grp.read_stat()
             if trace is not None:
                 (tmp / f"side{traced}").write_text(trace.text())
@@ -119,7 +122,44 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
             stdout=(tmp / "stdout").read_text(errors="replace"),
             stderr="\n".join((tmp / "stderr").read_text(errors="replace").splitlines()[-20:]),
             sides=[(tmp / f"side{i}").read_text(errors="replace") for i in range(len(spec.sides))],
+            stopped=stopped,
         )
+
+
+def _stop_at(proc: subprocess.Popen[bytes], grp: cgroup.Group, stop_s: float) -> bool:
+    """Wait for the workload until `stop_s` after its start; if it still runs, SIGTERM every
+    task of its group (a program's children too, whatever session they made), and SIGKILL
+    what is left STOP_GRACE_S later. True if it had to be stopped."""
+    try:
+        proc.wait(timeout=stop_s)
+        return False
+    except subprocess.TimeoutExpired:
+        pass
+    for sig in (signal.SIGTERM, signal.SIGKILL):
+        # the group's tasks; the workload's own pid only while it is not reaped (never a reused one)
+        for pid in grp.pids() | ({proc.pid} if proc.poll() is None else set()):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, sig)
+        deadline = time.monotonic() + STOP_GRACE_S  # every task gets its grace, not the first alone
+        while (proc.poll() is None or grp.pids()) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        if proc.poll() is not None and not grp.pids():
+            break
+    return True
+
+
+def _hung_message(program: str, spec: RunSpec, limit: float, stoppable: bool) -> str:
+    """What a hung repetition's error says: what happened, and how to make the program end."""
+    head = (f"{program} hung in case {spec.case}: still running {limit:.0f} s after it started "
+            f"(duration_s = {spec.duration_s:g}), killed.")  # fmt: skip
+    if stoppable:  # it outlived its own stop: a task that ignores SIGKILL (in the kernel, D state)
+        return f"{head} Its group's tasks survived SIGKILL at the duration: a task stuck in the kernel?"
+    if spec.workload.kind == "command":
+        return (
+            f"{head} It has ends_by_itself = true: remove that line to stop it at the duration, or end it "
+            'yourself: argv = ["timeout", "@DURATION@", ...] (with check_exit = false: timeout exits 124)'
+        )
+    return f"{head} A built-in workload ends by itself: is the machine overloaded?"
 
 
 def kernel_hz() -> int | None:

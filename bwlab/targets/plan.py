@@ -12,6 +12,7 @@ else is scraped.
 
 from __future__ import annotations
 
+import math
 import re
 import shlex
 from dataclasses import dataclass, field
@@ -22,6 +23,7 @@ from bwlab.paths import sysctl_path
 from bwlab.scenario import RunSpec, noise_seconds
 from bwlab.targets.base import RawRep
 from bwlab.workloads import noise
+from bwlab.workloads.base import STOP_GRACE_S
 
 CGROUP_ROOT = "/sys/fs/cgroup"
 
@@ -179,8 +181,12 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                 f"echo 'BWLAB-SECTION stat_before' >&3; {grp.stat} >&3",
                 *(["echo 0 > /proc/lock_stat 2>/dev/null"] if spec.lock_classes else []),
                 "echo 'BWLAB-SECTION t0' >&3; cat /proc/uptime >&3",
-                f"sh -c '{join} && exec \"$@\"' sh {argv} > {t}/out 2> {t}/err",
-                "RC=$?",
+                *workload_lines(
+                    f"sh -c '{join} && exec \"$@\"' sh {argv} > {t}/out 2> {t}/err",
+                    grp,
+                    t,
+                    spec.workload.plugin.stop_after_s(spec.workload.resolved, spec.duration_s),
+                ),
                 *(trace_stop(instance, f"{t}/side{traced[0]}", f"{t}/tracefs", boot_events) if traced else []),
                 "echo 'BWLAB-SECTION t1' >&3; cat /proc/uptime >&3",
                 f"echo 'BWLAB-SECTION stat_after' >&3; {grp.stat} >&3",
@@ -194,6 +200,7 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
                     else []
                 ),
                 "echo 'BWLAB-SECTION rc' >&3; echo $RC >&3",
+                f"echo 'BWLAB-SECTION stopped' >&3; if [ -e {t}/stopped ]; then echo 1 >&3; rm -f {t}/stopped; fi",
             ]
             for si in range(len(spec.sides)):
                 if si not in traced:
@@ -211,6 +218,32 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
     if noise_s:
         lines.append(noise_block)
     return "\n".join(lines) + "\n"
+
+
+def workload_lines(run: str, grp: GroupShell, t: str, stop_s: float | None) -> list[str]:
+    """The workload's `run` line, leaving its exit status in RC. A workload that does not end
+    by itself (`stop_s`: WorkloadKind.stop_after_s, whole seconds) runs in the background
+    beside a watcher that, `stop_s` after the start, marks `t`/stopped, SIGTERMs every task of
+    the group once (its cpu hierarchy's directory, nested groups too), gives them
+    STOP_GRACE_S to end, SIGKILLs what is left and waits for the group to empty. The watcher
+    closes the records' fd 3 (an orphan would hold an ssh session open); it is ended, with its
+    sleep, when the workload ends first, else waited for, so the group is empty when the plan
+    goes on. A program that ends just as the watcher fires is recorded as stopped."""
+    if stop_s is None:
+        return [run, "RC=$?"]
+    tasks = f"$(cat $(find {grp.dirs[0]} -name cgroup.procs) 2>/dev/null)"
+    polls = round(STOP_GRACE_S / 0.2)
+    settle = f'i=0; while [ $i -lt {polls} ] && [ -n "{tasks}" ]; do sleep 0.2; i=$((i + 1)); done'
+    watcher = (f"( trap 'kill $SL 2>/dev/null; exit 0' TERM; sleep {math.ceil(stop_s)} & SL=$!; wait $SL || exit 0; "
+               f": > {t}/stopped; for p in {tasks}; do kill -TERM $p 2>/dev/null; done; {settle}; "
+               f"for p in {tasks}; do kill -KILL $p 2>/dev/null; done; {settle} ) 3>&- >/dev/null 2>&1 & "
+               "STOPPER=$!")  # fmt: skip
+    return [
+        f"{run} & WL=$!",
+        watcher,
+        "wait $WL; RC=$?",
+        f"if [ -e {t}/stopped ]; then wait $STOPPER; else kill $STOPPER 2>/dev/null; wait $STOPPER; fi",
+    ]
 
 
 # The kernel command line that turns the trace side action's events on at boot, in the top-level
@@ -419,6 +452,7 @@ def parse_records(text: str) -> PlanOutput:
                 stderr=text_of.get("stderr", ""),
                 sides=[text_of[k] for k in sorted(text_of) if k.startswith("side")],
                 lock_stat=text_of.get("lock_stat", ""),
+                stopped=text_of.get("stopped", "").strip() == "1",
             )
             current = None
         elif current is not None and section:

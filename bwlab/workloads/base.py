@@ -182,6 +182,13 @@ class WorkloadKind:
     def exit_is_failure(self, w: Resolved, rc: int) -> bool:
         return rc != 0
 
+    def stop_after_s(self, w: Resolved, duration_s: float) -> float | None:
+        """Seconds after its start at which a target stops the workload (SIGTERM to every task
+        of its group, STOP_GRACE_S later SIGKILL) and records it as stopped, not failed; None:
+        it ends by itself (the built-in programs take the duration as an argument), and only a
+        target's hang limit applies."""
+        return None
+
     def parse(self, stdout: str, w: Resolved) -> tuple[dict[str, float], list[int]]:
         """Metrics from the program's output, and its latency samples (us) if it has any."""
         return {}, []
@@ -192,6 +199,18 @@ class WorkloadKind:
     def dynamic_metrics(self) -> bool:
         """True if parse() gives metrics not declared in `metrics` (a user's own program)."""
         return False
+
+
+# How long a stopped workload has between SIGTERM and SIGKILL (to print its last line).
+STOP_GRACE_S = 5.0
+
+
+def stop_time_s(duration_s: float) -> int:
+    """When a workload that does not end by itself is stopped, in whole seconds (a plan's
+    `sleep` needs no fractions): the duration it is told (@DURATION@, rounded up) and a slack
+    (5 %, at least 1 s) for a program that ends and prints on its own."""
+    told = int(duration_arg(duration_s))
+    return math.ceil(told + max(1.0, 0.05 * told))
 
 
 def duration_arg(duration_s: float) -> str:
@@ -289,6 +308,8 @@ COMMON_METRICS = (
     Metric("disagree_near_line", "verdicts unlike the truth, truth near the line"),
     # simulator: unthrottles that found their grant used up and left the cfs_rq throttled
     Metric("unthrottle_aborts", "aborted unthrottles"),
+    # a workload that does not end by itself (WorkloadKind.stop_after_s): 1 where it was stopped
+    Metric("stopped", "stopped at the duration"),
     *(Metric(k) for k in ("nr_periods", "nr_throttled", "throttled_us", "burst_us", "usage_us", "wall_s",
                           "lock_acquisitions", "lock_contentions", "lock_hold_us", "lock_wait_us", "rewrites",
                           "rewrite_errors", "sim_ticks", "exit_status")),

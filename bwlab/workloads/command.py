@@ -6,10 +6,15 @@
     files = ["fibtest"]                         # relative to the scenario file; carried to the target
     metrics = "json-last-line"                  # optional: numbers of the last output line's JSON object
     check_exit = true                           # optional: false records a non-zero exit, not a failure
+    ends_by_itself = false                      # optional: true: never stopped at the duration
 
 `@CGROUP@` in argv is the group the program runs in, `@REP@` the repetition (1, 2, ...) and
 `@DURATION@` the scenario's duration in whole seconds, wherever they stand in an argument (so
 `sh -c "... @REP@ ..."` works); any other `@NAME@` is an error.
+A program still running at the scenario's duration (and a slack: base.stop_time_s) is stopped:
+SIGTERM to every task in its group, SIGKILL STOP_GRACE_S later, and the repetition records
+`stopped` 1 and counts (its exit status is then no failure). With `ends_by_itself = true` it
+is never stopped; one that outlives the target's hang limit fails its case.
 Every repetition has the exit status, the elapsed time and the cpu.stat deltas; with
 `metrics = "json-last-line"` also every top-level number of that JSON object (and a
 `samples_us` list becomes the repetition's latency samples). A guest carries each of
@@ -35,6 +40,7 @@ from bwlab.workloads.base import (
     WorkloadKind,
     duration_arg,
     json_doc,
+    stop_time_s,
 )
 
 METRICS = ("none", "json-last-line")
@@ -49,7 +55,8 @@ class Command(WorkloadKind):
     params = {"argv": Param("strings", required=True, help="the command; argv[0] is a program or one of files"),
               "files": Param("paths", help="files carried to the target, relative to the scenario"),
               "metrics": Param("choice", "none", choices=METRICS, help="json-last-line: numbers of its last line"),
-              "check_exit": Param("bool", True, help="false: a non-zero exit is recorded, not a failure")}  # fmt: skip
+              "check_exit": Param("bool", True, help="false: a non-zero exit is recorded, not a failure"),
+              "ends_by_itself": Param("bool", False, help="true: never stopped at the duration (it ends)")}  # fmt: skip
 
     def check(self, table: Mapping[str, Any]) -> None:
         for arg in table.get("argv", []):
@@ -75,6 +82,9 @@ class Command(WorkloadKind):
 
     def exit_is_failure(self, w: Resolved, rc: int) -> bool:
         return bool(w["check_exit"]) and rc != 0
+
+    def stop_after_s(self, w: Resolved, duration_s: float) -> float | None:
+        return None if w["ends_by_itself"] else stop_time_s(duration_s)
 
     def parse(self, stdout: str, w: Resolved) -> tuple[dict[str, float], list[int]]:
         if w["metrics"] != "json-last-line":
