@@ -12,12 +12,14 @@ import random
 from pathlib import Path
 from typing import ClassVar
 
+import matplotlib.colors
+import matplotlib.image
 import pytest
 
 from bwlab import threads
 from bwlab.commands.live import doctor_interval_s
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, sampler, threadpools
+from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools
 from bwlab.live.groups import Hierarchy
 from bwlab.live.identity import identify
 from bwlab.periods import Analysis, Limit, Period, Sample, analyze, boundary_intervals, fit_phase
@@ -822,3 +824,33 @@ def test_a_thread_born_while_bpftrace_attaches_is_traced(monkeypatch: pytest.Mon
     with pytest.raises(BwlabError, match="threads kept changing while bpftrace attached"):
         ebpf.start_tracing([0], lambda: list(range(next(count))))
     assert len(FakeTracer.made) == 3 and all(t.closed for t in FakeTracer.made)
+
+
+def _watched(n: int) -> Analysis:
+    """`n` periods of 10 ms under a 5 ms quota: the first half throttled below quota in every
+    other period, the second half throttled at quota in every period."""
+    ps = []
+    for i in range(n):
+        over = i >= n // 2
+        hit = 1 if over or i % 2 else 0
+        verdict = ("at" if over else "below") if hit else ""
+        ps.append(Period(i * 0.01, (i + 1) * 0.01, 1, 5000 if hit else 4000, hit, 3000.0 * hit, 50, verdict))
+    return Analysis(Limit(5000, 10000), 0.001, ps)
+
+
+@pytest.mark.parametrize("n", [100, 10_000])
+def test_the_timeline_bins_periods_and_shows_every_layer(tmp_path: Path, n: int) -> None:
+    """doctor --png at 100 and 10,000 periods: at most MAX_BINS bins holding every period once,
+    and each layer (usage, throttled time, below quota, at quota) covers a large area of the
+    picture (thousands of pixels of its colour: the legend's patches are tens)."""
+    analysis = _watched(n)
+    chunks = plot.bins(analysis.periods)
+    assert len(chunks) <= plot.MAX_BINS and [p for c in chunks for p in c] == analysis.periods
+    image = matplotlib.image.imread(plot.timeline(analysis, "test", tmp_path / "t.png"))
+    rgb = image[:, :, :3].reshape(-1, 3)
+    grey = 0.75 * matplotlib.colors.to_rgb(plot.THROTTLED)[0] + 0.25  # alpha 0.75 over white
+    for name, colour in (("usage", plot.USAGE), ("throttled time", (grey,) * 3), ("below", plot.BELOW),
+                         ("at", plot.AT)):  # fmt: skip
+        target = matplotlib.colors.to_rgb(colour)
+        near = int((abs(rgb - target).max(axis=1) < 0.03).sum())
+        assert near > 5000, (name, near)

@@ -22,6 +22,7 @@ import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,11 +64,19 @@ def rel(grp: cgroup.Group) -> str:
 
 
 def doctor(grp: cgroup.Group, seconds: float = 4, *extra: str) -> dict[str, object]:
-    proc = bwlab("doctor", rel(grp), "--seconds", str(seconds), "--json", "-", *extra, timeout=300)
-    assert proc.returncode == 0, proc.stderr
-    doc = json.loads(proc.stdout)
+    return doctor_and_report(grp, seconds, *extra)[0]
+
+
+def doctor_and_report(grp: cgroup.Group, seconds: float = 4, *extra: str) -> tuple[dict[str, object], list[str]]:
+    """doctor's JSON document (--json FILE) and the lines it printed (unwrapped: piped)."""
+    with tempfile.TemporaryDirectory(prefix="bwlab-test-") as tmp:
+        path = Path(tmp) / "doctor.json"
+        proc = bwlab("doctor", rel(grp), "--seconds", str(seconds), "--json", str(path), *extra, timeout=300,
+                     env={"COLUMNS": ""})  # fmt: skip
+        assert proc.returncode == 0, proc.stderr
+        doc = json.loads(path.read_text())
     assert isinstance(doc, dict)
-    return doc
+    return doc, proc.stdout.splitlines()
 
 
 def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -> None:
@@ -78,7 +87,8 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         # over every run's periods (pooled: no run's misclassification is dropped)
         throttled = below = periods = 0
         for _ in range(3):
-            doc = doctor(grp, 4, "--png", str(tmp_path / "timeline.png"))
+            doc, printed = doctor_and_report(grp, 4, "--png", str(tmp_path / "timeline.png"))
+            assert_three_figures_reconcile(doc, printed)
             throttled += int(doc["throttled"])  # type: ignore[call-overload]
             below += int(doc["below_quota"])  # type: ignore[call-overload]
             periods += int(doc["periods"])  # type: ignore[call-overload]
@@ -110,6 +120,23 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         reverted = bwlab("tune", rel(grp), "--revert", env={"BWLAB_CACHE": str(tmp_path)})
         assert reverted.returncode == 0, reverted.stderr
         assert int(burst_file.read_text()) == 0
+
+
+def assert_three_figures_reconcile(doc: dict[str, Any], printed: list[str]) -> None:
+    """doctor's three throttling figures, one line each: unwatched over a stated recent window
+    (the kernel's counters; 2 s at a 10 ms period: 200 periods, the group busy throughout),
+    the watched periods' verdicts, and what watching changed: their difference, with chance's
+    margin."""
+    quiet, effect = doc["unwatched"], doc["watching_effect"]
+    assert quiet["seconds"] == pytest.approx(2, abs=0.2) and 150 <= quiet["periods"] <= 250, quiet
+    share = 100 * quiet["throttled"] / quiet["periods"]
+    watched = 100 * doc["throttled"] / doc["periods"]
+    assert effect["points"] == pytest.approx(watched - share, abs=0.01) and 0 < effect["chance_points"] < 20, effect
+    lines = [line for line in printed if line.startswith(("unwatched, ", "watched, ", "watching changed it by "))]
+    assert [line.split(",")[0].split(" ")[0] for line in lines] == ["unwatched", "watched", "watching"], printed
+    assert f"throttled in {share:.1f} % of {quiet['periods']} periods" in lines[0], lines
+    assert f"{doc['periods']} periods" in lines[1], lines
+    assert f"{effect['points']:+.1f} points (chance: ±{effect['chance_points']:.1f})" in lines[2], lines
 
 
 @pytest.mark.parametrize(("cpus", "expect"), [("0", "quota-covers-cpus"), (None, "cpuset")])
@@ -301,6 +328,9 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
     _one_line(bwlab("doctor", "/", "--seconds", "0"), "--seconds 0: expected")
     no_dir = "/no/such/dir/t.jsonl"
     _one_line(bwlab("doctor", "/", "--save-trace", no_dir), f"--save-trace {no_dir}: no directory")
+    with cgroup.detect().group(cgroup.unique_name("empty"), 10000, 5000, 0, None) as grp:  # the same with any output
+        for extra in ([], ["--png", str(tmp_path / "e.png")], ["--json", "-"]):
+            _one_line(bwlab("doctor", rel(grp), "--seconds", "1", *extra), "has no process, nor have its children")
     with loaded_group(10000, 1, 1, 30) as grp:
         burst_file = grp.stat_file.parent / "cpu.cfs_burst_us"
         env = {"BWLAB_CACHE": str(tmp_path)}

@@ -68,6 +68,37 @@ def doctor_interval_s(period_us: int) -> float:
     return min(0.010, max(0.001, period_us / 1e6 / 50))
 
 
+def unwatched_seconds(period_us: int, seconds: float) -> float:
+    """How long doctor reads the group's counters unwatched (twice, nothing between) before
+    it watches: 50 periods, at least 2 s, at most half the watch."""
+    return min(seconds / 2, max(2.0, 50 * period_us / 1e6))
+
+
+def read_unwatched(group: LiveGroup, seconds: float) -> window.Window:
+    """The group's counters over `seconds`, read at the start and the end only: its throttling
+    as it is when nothing reads it every millisecond."""
+    reader = sampler.Reader(group)
+    try:
+        first = reader.read()
+        time.sleep(seconds)
+        last = reader.read()
+    finally:
+        reader.close()
+    return window.window(first, last, group.effective)
+
+
+def watching_effect(unwatched: dict[str, Any], periods_watched: int, throttled: int) -> dict[str, float] | None:
+    """Watched minus unwatched throttled share, in points, and the two-sided 95 % margin of
+    chance for two binomial shares of these sizes (pooled): beyond it, watching changed it."""
+    n1, n2 = unwatched["periods"], periods_watched
+    if not n1 or not n2:
+        return None
+    p = (unwatched["throttled"] + throttled) / (n1 + n2)
+    margin = 100 * 1.96 * math.sqrt(p * (1 - p) * (1 / n1 + 1 / n2))
+    return {"points": round(100 * throttled / n2 - 100 * unwatched["throttled"] / n1, 2),
+            "chance_points": round(margin, 2)}  # fmt: skip
+
+
 def _check_seconds(seconds: float, interval_ms: float | None) -> None:
     if not 0.5 <= seconds <= 3600:
         raise BwlabError(f"--seconds {seconds:g}: expected 0.5..3600")
@@ -91,8 +122,6 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     """Sample the group's counters (and its threads' demand) and cut them into periods;
     `traced`: with the eBPF mode's exact boundaries and demand; `sparse`: read around the
     boundaries and at the threads' steps only (sampler.Schedule), not every interval."""
-    if group.effective.quota_us is None:
-        raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
     tids = group.threads()
     allowed = tuple(group.allowed_cpus(tids))  # what its threads can run on at once, at most
     recorder = threads.ThreadRecorder(tids, len(allowed))
@@ -131,8 +160,16 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     if args.save_trace and not Path(args.save_trace).parent.is_dir():
         raise BwlabError(f"--save-trace {args.save_trace}: no directory {Path(args.save_trace).parent}")
     group = groups.find(args.target)
+    if group.effective.quota_us is None:
+        raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
+    if not group.threads():
+        raise BwlabError(f"{group.path} has no process, nor have its children: nothing runs there to throttle "
+                         "(name the group of a running program: a PID, a container ID or a path)")  # fmt: skip
     period_us = group.effective.period_us
     interval_s = args.interval_ms / 1000 if args.interval_ms is not None else doctor_interval_s(period_us)
+    quiet_s = unwatched_seconds(period_us, args.seconds)
+    with console.status(f"reading {group.path}'s counters over {quiet_s:g} s, unwatched"):
+        unwatched = read_unwatched(group, quiet_s)
     with console.status(f"watching {group.path} for {args.seconds:g} s"):
         watched = watch(group, args.seconds, interval_s, args.ebpf, args.sparse)
     analysis, recorder = watched.analysis, watched.recorder
@@ -178,6 +215,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     # (reading it every millisecond lowers it, by a varying amount: docs/live.md)
     if watched.before is not None:
         doc["before"] = {"periods": watched.before.nr_periods, "throttled": watched.before.nr_throttled}
+    doc["unwatched"] = {"seconds": round(unwatched.seconds, 3), "periods": unwatched.periods,
+                        "throttled": unwatched.throttled}  # fmt: skip
+    doc["watching_effect"] = watching_effect(doc["unwatched"], analysis.total, analysis.throttled)
+    doc["watched_seconds"] = args.seconds
     if args.png:
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
@@ -233,14 +274,24 @@ def print_report(doc: dict[str, Any]) -> None:
     how = (f"read {s['reads']} times, within {s['interval_ms']:g} ms of each boundary" if s.get("around_boundaries")
            else f"read every {s['interval_ms']:g} ms")  # fmt: skip
     out.print(f"{how}{err}{prio}")
-    before = doc.get("before")
-    if before and before["periods"]:
-        share = 100 * before["throttled"] / before["periods"]
-        out.print(f"before doctor: throttled in {share:.1f} % of the {before['periods']} periods its counters hold "
-                  "(unwatched; watching can lower it)", soft_wrap=True)  # fmt: skip
+    # three figures, one line each: the kernel's counters unwatched, the watched periods'
+    # verdicts, and what watching changed (reading every ms lowers throttling: docs/live.md)
+    quiet = doc.get("unwatched")
+    if quiet:
+        share = f"{100 * quiet['throttled'] / quiet['periods']:.1f} %" if quiet["periods"] else "-"
+        out.print(f"unwatched, the {quiet['seconds']:.1f} s before: throttled in {share} of {quiet['periods']} "
+                  "periods (the kernel's counters, read twice)", soft_wrap=True)  # fmt: skip
     diag = doc["diagnosis"]
     colour = {"below-quota": "yellow", "at-quota": "cyan", "mixed": "yellow"}.get(diag["verdict"], "green")
-    out.print(f"[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}")
+    watched = f"watched, {doc['watched_seconds']:g} s: " if "watched_seconds" in doc else ""
+    out.print(f"{watched}[{colour}]{diag['verdict']}[/{colour}]: {diag['summary']}", soft_wrap=True)
+    effect = doc.get("watching_effect")
+    if effect:
+        beyond = abs(effect["points"]) > effect["chance_points"]
+        said = ("more than chance explains (reading every ms can lower throttling: docs/live.md); the unwatched "
+                "figure is the group's own" if beyond else "within chance")  # fmt: skip
+        out.print(f"watching changed it by {effect['points']:+.1f} points (chance: ±{effect['chance_points']:.1f}), "
+                  f"{said}", soft_wrap=True)  # fmt: skip
     if doc["near_line"]:
         out.print(f"  {doc['near_line']} of the {doc['throttled']} throttled periods wanted within "
                   f"{periods.NEAR * 100:g} % of the quota of the line between the two (the quota + "
