@@ -3,11 +3,13 @@ Prometheus server and promtool: tests/test_exporter_real.py).
 
 Contract: every limited group is read each round; one whose nr_throttled moved turns hot (at
 most max_hot); the detector's per-period verdicts become counters with labels that join
-cAdvisor's (id = the cgroup path); a group removed is gone from the next scrape; a malformed
-file counts an error and is logged once."""
+cAdvisor's (id = the cgroup path), and every period it did not watch is counted once as a
+window of the kernel's counters, so the counters cover every period; a group removed is gone
+from the next scrape; a malformed file counts an error and is logged once."""
 
 from __future__ import annotations
 
+import dataclasses
 import time
 from pathlib import Path
 
@@ -71,6 +73,10 @@ def test_groups_turn_hot_when_they_throttle_and_vanish_when_removed(tmp_path: Pa
     metrics = _scrape(watcher)
     pod_labels = (("container_id", ""), ("id", f"/kubepods/pod{POD}"), ("pod_uid", POD))
     assert metrics[("bwlab_watched_periods_total", pod_labels)] == 0
+    # the 10 periods before it turned hot: counted, as a window of the kernel's counters
+    assert metrics[("bwlab_periods_total", pod_labels)] == 10
+    assert metrics[("bwlab_estimated_throttled_periods_total", (*pod_labels, ("verdict", "below_quota")))] == 3
+    assert metrics[("bwlab_cfs_throttled_periods_total", pod_labels)] == 3  # the kernel's, as cAdvisor has it
     assert metrics[("bwlab_limited_cgroups", ())] == 2 and metrics[("bwlab_hot_cgroups", ())] == 1
     # the service never throttled, so was never watched: no series of its own (all would be 0)
     assert not any(dict(lv).get("id") == "/system.slice/a.service" for _, lv in metrics)
@@ -88,6 +94,45 @@ def test_groups_turn_hot_when_they_throttle_and_vanish_when_removed(tmp_path: Pa
     watcher.coarse_round()
     assert _scrape(watcher)[("bwlab_errors_total", (("kind", "read"),))] == 2
     assert len(logged) == 1 and f"/kubepods/pod{POD}" in logged[0]
+
+
+def test_every_period_is_counted_once_watched_or_as_a_window(tmp_path: Path) -> None:
+    """Between hot spells the kernel's counters classify what the detector did not: the
+    periods before the group turned hot (their usage and throttled time fit the quota: below),
+    none while it is hot (its samples are the detector's), and after it cooled the rest less
+    what the detector counted (here over-use: at). The totals are the kernel's deltas."""
+    dirs = _tree(tmp_path)
+    path = f"/kubepods/pod{POD}"
+    watcher, _ = _watcher(tmp_path)
+    watcher.facts = dataclasses.replace(watcher.facts, ncpu=4)  # a 2-CPU quota on 4 CPUs: it can want more
+    watcher.coarse_round()  # 10 periods: where counting starts
+    _stat(dirs["pod"], 20, 3, usage_us=150_000, throttled_us=10_000)  # 16 % of 10 x 20 ms: fits
+    watcher.coarse_round()
+    tr = watcher.tracked[path]
+    assert tr.hot is not None and (tr.counts.estimated_periods, tr.counts.estimated_below) == (10, 3)
+    _stat(dirs["pod"], 30, 5, usage_us=300_000, throttled_us=20_000)
+    watcher.coarse_round()  # hot: nothing estimated
+    assert tr.counts.estimated_periods == 10
+    analysis = periods.Analysis(tr.group.effective, 0.001)
+    for k in range(4):  # what the detector classified of those periods: 2 throttled at quota
+        analysis.periods.append(periods.Period(k * 0.01, (k + 1) * 0.01, 1, 20_000, k % 2, 1000.0 * (k % 2), 0,
+                                               "at" if k % 2 else ""))  # fmt: skip
+    watcher._count(tr, analysis, None)
+    tr.hot.close()
+    tr.hot = None
+    watcher.hot.pop(path)
+    # the rest, 30 - 10 - 4 = 16 periods and 9 - 3 - 2 = 4 throttled, ran 1.5 quotas each: at quota
+    _stat(dirs["pod"], 40, 9, usage_us=150_000 + 80_000 + 16 * 30_000, throttled_us=10_000 + 2_000 + 40_000)
+    watcher.coarse_round()
+    c = tr.counts
+    assert (c.watched_periods, c.estimated_periods, c.estimated_below, c.estimated_at) == (4, 26, 3, 4)
+    metrics = _scrape(watcher)
+    lv = (("container_id", ""), ("id", path), ("pod_uid", POD))
+    assert metrics[("bwlab_periods_total", lv)] == 30  # the kernel's 40 - 10
+    below = metrics[("bwlab_throttled_periods_total", (*lv, ("verdict", "below_quota")))]
+    at = metrics[("bwlab_throttled_periods_total", (*lv, ("verdict", "at_quota")))]
+    assert (below, at) == (3, 6) and below + at == 9  # every throttle the kernel counted
+    assert metrics[("bwlab_cfs_periods_total", lv)] == 40 and metrics[("bwlab_cpu_usage_seconds_total", lv)] == 0.71
 
 
 def test_max_hot_caps_the_groups_sampled_finely(tmp_path: Path) -> None:

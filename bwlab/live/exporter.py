@@ -5,14 +5,21 @@ doing that for every group of a node would cost more than the 1 % of a CPU an ex
 take. So sampling is adaptive: every group's cpu.stat is read every `interval` seconds (cheap:
 one pread each), and a group whose nr_throttled moved becomes *hot*: its counters are read at
 period resolution (a tenth of its period, 1-10 ms) and classified period by period for at least
-HOT_S seconds, as long as it keeps throttling, at most `max_hot` groups at once. Its periods,
-and only those, are counted: `bwlab_watched_periods_total` is the denominator of every rate.
-The throttled periods seen before a group turns hot (one coarse interval) are not classified:
-cAdvisor's container_cpu_cfs_throttled_periods_total counts every throttled period, and the
-difference is what was not watched.
+HOT_S seconds, as long as it keeps throttling, at most `max_hot` groups at once, within the
+CPU budget. Its periods are `bwlab_watched_periods_total`.
 
-The counters are the detector's verdicts, per period; the collector builds fresh metric
-families from them at each scrape, so a group removed is gone at the next scrape.
+Between its hot spells a group is never blind: at each coarse read, the periods since the last
+one that the detector did not classify are classified as one window from the kernel's own
+counters (window.py, as `bwlab top` does: all its throttled periods below quota when its usage
+plus throttled time fits in its periods' quota, else all at quota). So
+`bwlab_throttled_periods_total` counts every throttled period of the group, by verdict, and
+`bwlab_periods_total` every period: rates stay continuous at any budget, and the estimated part
+is exported apart (`bwlab_estimated_throttled_periods_total`). The kernel's raw counters are
+exported too, named and labelled to join cAdvisor's container_cpu_cfs_* series.
+
+The collector builds fresh metric families at each scrape, so a group removed is gone at the
+next scrape. A group gets series once it has throttled: 10,000 groups that never did would cost
+a scrape 355 ms for zeros.
 """
 
 from __future__ import annotations
@@ -21,8 +28,6 @@ import contextlib
 import dataclasses
 import functools
 import math
-import os
-import re
 import resource
 import threading
 import time
@@ -35,7 +40,7 @@ from prometheus_client.registry import Collector
 
 from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, groups, sampler
+from bwlab.live import diagnose, groups, sampler, window
 from bwlab.live.groups import Hierarchy, LiveGroup
 
 HOT_S = 10.0  # a group that throttled is watched at period resolution at least this long
@@ -44,18 +49,37 @@ REDISCOVER = 6  # the hierarchy is walked every this many coarse intervals (new 
 ROUTINE_SHARE = 0.25  # of the CPU budget, what discovery and (apart) the coarse reads may each use
 LABELS = ("id", "container_id", "pod_uid")
 BUCKET_S = 10.0  # the CPU budget can be saved up for this long (CpuBudget)
-NR_THROTTLED = re.compile(rb"^nr_throttled (\d+)$", re.MULTILINE)
+
+
+@dataclass
+class Tally:
+    """Periods, throttled periods, usage and throttled time, summed."""
+
+    periods: int = 0
+    throttled: int = 0
+    usage_us: float = 0.0
+    throttled_us: float = 0.0
+
+    def add(self, periods_n: int, throttled: int, usage_us: float, throttled_us: float) -> None:
+        self.periods += periods_n
+        self.throttled += throttled
+        self.usage_us += usage_us
+        self.throttled_us += throttled_us
 
 
 @dataclass
 class Counts:
-    """What the detector found in a group's watched periods, since the exporter started."""
+    """What the exporter found in a group since it first read it: every period, classified by
+    the detector (watched) or as a window of the kernel's counters (estimated)."""
 
     watched_periods: int = 0
-    below: int = 0
+    below: int = 0  # throttled periods below quota, watched and estimated
     at: int = 0
     below_s: float = 0.0  # throttled time in below-quota periods
     at_s: float = 0.0
+    estimated_periods: int = 0  # of every period, those classified as a window
+    estimated_below: int = 0
+    estimated_at: int = 0
     debt_s: float = 0.0  # usage beyond quota + burst in throttled periods: paid from the next
     causes: dict[str, int] = field(default_factory=dict)  # cause -> throttled periods it was named for
     recommended_burst_us: int | None = None
@@ -83,18 +107,25 @@ class Hot:
 @dataclass
 class Tracked:
     group: LiveGroup
-    last_throttled: int | None = None  # nr_throttled at the last coarse read
-    stat_fd: int | None = None  # cpu.stat, kept open for the coarse reads
+    reader: sampler.Reader | None = None  # its counters, kept open for the coarse reads
+    first: periods.Sample | None = None  # the counters at the first read: counting starts there
+    last: periods.Sample | None = None  # at the last coarse read
+    classified: Tally = field(default_factory=Tally)  # since `first`, by the detector or as windows
     counts: Counts = field(default_factory=Counts)
     hot: Hot | None = None
     failed: bool = False  # a read error was logged once
+    unusable: bool = False  # v1, in the cpu hierarchy alone: no usage to read, never read again
     last_hot: float = -math.inf  # when it was last watched finely: the least recent goes first
 
+    @property
+    def exported(self) -> bool:
+        """It has series: once it throttled (or was watched)."""
+        return self.last_hot != -math.inf or self.counts.below + self.counts.at > 0
+
     def close(self) -> None:
-        if self.stat_fd is not None:
-            with contextlib.suppress(OSError):
-                os.close(self.stat_fd)
-            self.stat_fd = None
+        if self.reader is not None:
+            self.reader.close()
+            self.reader = None
         if self.hot is not None:
             self.hot.close()
             self.hot = None
@@ -189,8 +220,9 @@ class Watcher:
         self.tracked.pop(path).close()
 
     def coarse_round(self) -> None:
-        """Every group's nr_throttled (one pread of cpu.stat on a file kept open); a group whose
-        count moved turns hot, the least recently watched first, while the exporter's average
+        """Every group's counters (cpu.stat, and v1's cpuacct.usage: a pread each, on files kept
+        open), what the detector did not classify counted as a window; a group whose
+        nr_throttled moved turns hot, the least recently watched first, while the exporter's average
         CPU use is within its budget. Over it, no group turns hot and the hot ones cool at the
         next analysis, and the throttling groups take turns (a hot group costs
         about 1.5 % of a CPU on a 2-CPU VM: 100 wake-ups a second, docs/exporter.md)."""
@@ -203,14 +235,23 @@ class Watcher:
         cpu0 = time.thread_time()
         within = self.budget is None or self.budget.update() > 0
         waiting = []
+        windows: list[tuple[Tracked, window.Window]] = []
         for path, tr in list(self.tracked.items()):
+            if tr.unusable:
+                continue
             try:
-                throttled = self._nr_throttled(tr)
+                sample = self._read(tr)
+            except sampler.NoUsage as exc:  # it never will be: said once, not an error each round
+                tr.unusable = True
+                self.log(str(exc))
+                continue
             except BwlabError as exc:
                 self._read_failed(path, tr, exc)
                 continue
-            moved = tr.last_throttled is not None and throttled > tr.last_throttled
-            tr.last_throttled = throttled
+            moved = tr.last is not None and sample.nr_throttled > tr.last.nr_throttled
+            rest = self._unclassified(tr, sample)
+            if rest is not None:
+                windows.append((tr, rest))
             if tr.hot is not None and not within:
                 tr.hot.until = now  # cools at the next analysis, its samples classified first
             elif moved and within:
@@ -218,6 +259,7 @@ class Watcher:
                     tr.hot.until = now + HOT_S
                 else:
                     waiting.append((tr.last_hot, path, tr))
+        self._count_windows(windows)  # under one lock: a scrape holds it while it builds its families
         self.coarse_every_s = self._every(self.interval_s, time.thread_time() - cpu0)
         waiting.sort(key=lambda w: w[0])
         for _, path, tr in waiting[: max(0, self.max_hot - len(self.hot))]:
@@ -230,19 +272,53 @@ class Watcher:
             return least_s
         return max(least_s, cost_s / (self.budget.share * ROUTINE_SHARE))
 
-    def _nr_throttled(self, tr: Tracked) -> int:
-        path = tr.group.stat_file
+    @staticmethod
+    def _read(tr: Tracked) -> periods.Sample:
+        """The group's counters (cpu.stat, and v1's cpuacct.usage), on files kept open."""
+        if tr.reader is None:
+            tr.reader = sampler.Reader(tr.group)
         try:
-            if tr.stat_fd is None:
-                tr.stat_fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
-            text = os.pread(tr.stat_fd, 4096, 0)
-        except OSError as exc:
+            return tr.reader.read()
+        except BwlabError:
             tr.close()
-            raise BwlabError(f"cannot read {path}: {exc.strerror}") from None
-        match = NR_THROTTLED.search(text)
-        if match is None:
-            raise BwlabError(f"{path}: no nr_throttled count")
-        return int(match.group(1))
+            raise
+
+    def _unclassified(self, tr: Tracked, sample: periods.Sample) -> window.Window | None:
+        """The periods since the first read that are not classified yet, as one window of the
+        kernel's counters: those since the last coarse read, less what the detector counted of
+        them. None while the group is hot (its samples still to be analysed are the
+        detector's), or when none is left: a remainder below zero (the detector's periods cut
+        at other times than the coarse reads) waits for the next read. Counters that went back
+        (the group removed and made again under its path, a service restarted) start the
+        count again from this read."""
+        if tr.first is None or (tr.last is not None and sample.nr_periods < tr.last.nr_periods):
+            tr.first, tr.classified = sample, Tally()
+        tr.last = sample
+        if tr.hot is not None:
+            return None
+        since = window.window(tr.first, sample, tr.group.effective)
+        done = tr.classified
+        rest = window.Window(since.seconds, since.periods - done.periods, max(0, since.throttled - done.throttled),
+                             since.usage_us - done.usage_us, max(0.0, since.throttled_us - done.throttled_us),
+                             since.limit, self.facts.ncpu)  # fmt: skip
+        return rest if rest.periods > 0 else None
+
+    def _count_windows(self, windows: list[tuple[Tracked, window.Window]]) -> None:
+        """Each window's throttled periods: all below quota when its demand fits its quota
+        (window.Window.likely_below), else all at quota."""
+        with self.lock:
+            for tr, rest in windows:
+                below = rest.likely_below
+                c = tr.counts
+                c.estimated_periods += rest.periods
+                c.estimated_below += below
+                c.estimated_at += rest.throttled - below
+                c.below += below
+                c.at += rest.throttled - below
+                share = below / rest.throttled if rest.throttled else 0.0
+                c.below_s += rest.throttled_us / 1e6 * share
+                c.at_s += rest.throttled_us / 1e6 * (1 - share)
+                tr.classified.add(rest.periods, rest.throttled, rest.usage_us, rest.throttled_us)
 
     def _read_failed(self, path: str, tr: Tracked, exc: BwlabError) -> None:
         gone = not tr.group.dir.is_dir()
@@ -338,6 +414,7 @@ class Watcher:
         with self.lock:
             c = tr.counts
             for p in analysis.periods:
+                tr.classified.add(p.periods, p.throttled, p.usage_us, p.throttled_us)
                 c.watched_periods += p.periods
                 if p.verdict == "below":
                     c.below += p.throttled
@@ -401,31 +478,52 @@ class BwlabCollector(Collector):
     def collect(self) -> Iterator[Any]:
         start = time.perf_counter()
         w = self.watcher
-        watched = CounterMetricFamily("bwlab_watched_periods", "Periods of the group classified at period "
-                                      "resolution: the denominator of the throttled rates", labels=LABELS)  # fmt: skip
-        throttled = CounterMetricFamily("bwlab_throttled_periods", "Throttled periods among the watched ones, by "
-                                        "verdict: below_quota (what it ran plus what it was stopped from running "
-                                        "fits in its quota: unnecessary) or at_quota (it wanted more)",
+        every = CounterMetricFamily("bwlab_periods", "Periods of the group since the exporter first read it, "
+                                    "every one classified: the denominator of the throttled rates",
+                                    labels=LABELS)  # fmt: skip
+        watched = CounterMetricFamily("bwlab_watched_periods", "Of bwlab_periods_total, those classified period "
+                                      "by period (the group sampled at period resolution)", labels=LABELS)  # fmt: skip
+        throttled = CounterMetricFamily("bwlab_throttled_periods", "Throttled periods by verdict: below_quota "
+                                        "(what it ran plus what it was stopped from running fits in its quota: "
+                                        "unnecessary) or at_quota (it wanted more); per period where watched, "
+                                        "else per window of the kernel's counters",
                                         labels=(*LABELS, "verdict"))  # fmt: skip
-        seconds = CounterMetricFamily("bwlab_throttled", "Time the group's runqueues sat throttled in "
-                                      "watched throttled periods, by verdict", labels=(*LABELS, "verdict"),
-                                      unit="seconds")  # fmt: skip
-        debt = CounterMetricFamily("bwlab_carried_debt", "CPU time used beyond quota and burst in throttled "
+        estimated = CounterMetricFamily("bwlab_estimated_throttled_periods", "Of bwlab_throttled_periods_total, "
+                                        "those classified as a window of the kernel's counters (between "
+                                        "watched spells), by verdict", labels=(*LABELS, "verdict"))  # fmt: skip
+        seconds = CounterMetricFamily("bwlab_throttled", "Time the group's runqueues sat throttled in throttled "
+                                      "periods, by verdict", labels=(*LABELS, "verdict"), unit="seconds")  # fmt: skip
+        debt = CounterMetricFamily("bwlab_carried_debt", "CPU time used beyond quota and burst in watched throttled "
                                    "periods, paid from the next period", labels=LABELS, unit="seconds")  # fmt: skip
         causes = CounterMetricFamily("bwlab_throttle_causes", "Watched throttled periods for which a cause was "
                                      "named (a period may have several)", labels=(*LABELS, "cause"))  # fmt: skip
         burst = GaugeMetricFamily("bwlab_recommended_burst", "The burst the detector recommends for the group "
                                   "(cpu.max.burst), absent if none", labels=LABELS, unit="seconds")  # fmt: skip
+        # the kernel's own counters, as cAdvisor's container_cpu_cfs_* and container_cpu_usage have them
+        kernel = (
+            ("periods", "nr_periods"),
+            ("throttled_periods", "nr_throttled"),
+            ("throttled_seconds", "throttled time"),
+        )
+        raw = {
+            key: CounterMetricFamily(f"bwlab_cfs_{key}", f"The kernel's {what} (cpu.stat), as read last", labels=LABELS)
+            for key, what in kernel
+        }
+        usage = CounterMetricFamily("bwlab_cpu_usage", "The group's CPU time (cpu.stat usage_usec, v1 "
+                                    "cpuacct.usage), as read last", labels=LABELS, unit="seconds")  # fmt: skip
         with w.lock:
             hot = len(w.hot)
             for tr in w.tracked.values():
-                if tr.last_hot == -math.inf:
-                    continue  # never watched: no series (they would all be 0; 10,000 groups took 355 ms a scrape)
+                if not tr.exported:
+                    continue  # never throttled: no series (they would all be 0; 10,000 groups took 355 ms a scrape)
                 lv = labels(tr.group)
                 c = tr.counts
+                every.add_metric(lv, c.watched_periods + c.estimated_periods)
                 watched.add_metric(lv, c.watched_periods)
                 throttled.add_metric([*lv, "below_quota"], c.below)
                 throttled.add_metric([*lv, "at_quota"], c.at)
+                estimated.add_metric([*lv, "below_quota"], c.estimated_below)
+                estimated.add_metric([*lv, "at_quota"], c.estimated_at)
                 seconds.add_metric([*lv, "below_quota"], c.below_s)
                 seconds.add_metric([*lv, "at_quota"], c.at_s)
                 debt.add_metric(lv, c.debt_s)
@@ -433,9 +531,14 @@ class BwlabCollector(Collector):
                     causes.add_metric([*lv, cause], n)
                 if c.recommended_burst_us is not None:
                     burst.add_metric(lv, c.recommended_burst_us / 1e6)
+                if tr.last is not None:
+                    raw["periods"].add_metric(lv, tr.last.nr_periods)
+                    raw["throttled_periods"].add_metric(lv, tr.last.nr_throttled)
+                    raw["throttled_seconds"].add_metric(lv, tr.last.throttled_us / 1e6)
+                    usage.add_metric(lv, tr.last.usage_us / 1e6)
             groups_n = len(w.tracked)
             errors = dict(w.errors)
-        yield from (watched, throttled, seconds, debt, causes, burst)
+        yield from (every, watched, throttled, estimated, seconds, debt, causes, burst, *raw.values(), usage)
         yield GaugeMetricFamily("bwlab_limited_cgroups", "Cgroups with a CPU limit (their own or a parent's) "
                                 "being watched", value=groups_n)  # fmt: skip
         yield GaugeMetricFamily("bwlab_hot_cgroups", "Of them, those sampled at period resolution now", value=hot)
@@ -455,7 +558,8 @@ class BwlabCollector(Collector):
 
 
 def raise_nofile() -> None:
-    """Hot groups keep their counter files open: the soft open-file limit up to the hard one."""
+    """Every group keeps its counter files open (two on v1): the soft open-file limit up to the
+    hard one."""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     if soft < hard:
         with contextlib.suppress(ValueError, OSError):

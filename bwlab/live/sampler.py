@@ -21,6 +21,10 @@ from bwlab.live.groups import LiveGroup
 from bwlab.periods import Sample
 
 
+class NoUsage(BwlabError):
+    """A v1 group made in the cpu hierarchy alone: its CPU usage (cpuacct) cannot be read."""
+
+
 class Reader:
     """Open counter files of one group; read() is one Sample."""
 
@@ -34,8 +38,8 @@ class Reader:
             if usage is not None and not usage.parent.is_dir():
                 # v1 with cpuacct mounted apart: systemd, Docker and the kubelet make each group in
                 # both hierarchies, a group made by hand in cpu alone has no usage to read
-                raise BwlabError(f"cgroup {group.path} has no group in the cpuacct hierarchy "
-                                 f"({usage.parent}): its usage cannot be read")  # fmt: skip
+                raise NoUsage(f"cgroup {group.path} has no group in the cpuacct hierarchy "
+                              f"({usage.parent}): its usage cannot be read")  # fmt: skip
             self._usage = self._open(str(usage)) if usage is not None else None
         except BaseException:
             self.close()
@@ -48,6 +52,8 @@ class Reader:
             raise BwlabError(f"cgroup {self.group.path} has no {os.path.basename(path)} (removed?)") from None
         except PermissionError:
             raise BwlabError(f"no permission to read {path}") from None
+        except OSError as exc:  # EMFILE, ENODEV after rmdir, ...
+            raise BwlabError(f"cannot open {path}: {exc.strerror}") from None
         self._fds.append(fd)
         return fd
 

@@ -19,6 +19,7 @@ class Window:
     usage_us: float
     throttled_us: float
     limit: Limit
+    cpus: int | None = None  # the CPUs the group can run on: caps its throttled time (None: no cap)
 
     @property
     def throttled_pct(self) -> float | None:
@@ -30,9 +31,17 @@ class Window:
 
     @property
     def demand_per_capacity(self) -> float | None:
+        """What the group ran plus what it was stopped from running, over its periods' quota
+        and burst. With `cpus`, the throttled time counts at most what those CPUs could have
+        run in the periods besides the usage: it runs from a throttle to the unthrottle, past
+        a period's end (periods.py: at demand == quota, two threads on two CPUs, 6.18's
+        counters added up to 1.15 quotas a period)."""
         if self.limit.quota_us is None or not self.periods:
             return None
-        return (self.usage_us + self.throttled_us) / (self.periods * self.limit.quota_us + self.limit.burst_us)
+        stopped = self.throttled_us
+        if self.cpus is not None:
+            stopped = min(stopped, max(0.0, self.cpus * self.periods * self.limit.period_us - self.usage_us))
+        return (self.usage_us + stopped) / (self.periods * self.limit.quota_us + self.limit.burst_us)
 
     @property
     def likely_below(self) -> int:
