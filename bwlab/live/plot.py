@@ -63,7 +63,7 @@ def timeline(analysis: Analysis, title: str, path: Path) -> Path:
     low.set_xlim(edges[0], edges[-1])
     size = len(chunks[0])
     top.set_title(title + (f" (each bin the mean of {size} periods)" if size > 1 else ""))
-    handles: list[Artist] = [Rectangle((0, 0), 1, 1, color=c) for c in (USAGE, THROTTLED)]
+    handles: list[Artist] = [Rectangle((0, 0), 1, 1, color=USAGE), Rectangle((0, 0), 1, 1, color=THROTTLED, alpha=0.75)]
     handles += [Line2D([], [], color="black"), *(Rectangle((0, 0), 1, 1, color=c) for c in (BELOW, AT))]
     labels = ["usage", "throttled time (all CPUs)", "quota", "throttled below quota (unnecessary)",
               "throttled at quota (wanted more)"]  # fmt: skip
