@@ -115,6 +115,7 @@ class Tracked:
     hot: Hot | None = None
     failed: bool = False  # a read error was logged once
     unusable: bool = False  # v1, in the cpu hierarchy alone: no usage to read, never read again
+    raw: tuple[bytes, bytes | None] | None = None  # the counters' text at the last coarse read
     last_hot: float = -math.inf  # when it was last watched finely: the least recent goes first
 
     @property
@@ -123,6 +124,7 @@ class Tracked:
         return self.last_hot != -math.inf or self.counts.below + self.counts.at > 0
 
     def close(self) -> None:
+        self.raw = None
         if self.reader is not None:
             self.reader.close()
             self.reader = None
@@ -236,9 +238,12 @@ class Watcher:
         within = self.budget is None or self.budget.update() > 0
         waiting = []
         windows: list[tuple[Tracked, window.Window]] = []
+        opening = 0.0  # CPU time of first reads (files opened, counters parsed): not every round's cost
         for path, tr in list(self.tracked.items()):
             if tr.unusable:
                 continue
+            fresh = tr.raw is None
+            t0 = time.thread_time() if fresh else 0.0
             try:
                 sample = self._read(tr)
             except sampler.NoUsage as exc:  # it never will be: said once, not an error each round
@@ -248,8 +253,10 @@ class Watcher:
             except BwlabError as exc:
                 self._read_failed(path, tr, exc)
                 continue
-            moved = tr.last is not None and sample.nr_throttled > tr.last.nr_throttled
-            rest = self._unclassified(tr, sample)
+            if fresh:
+                opening += time.thread_time() - t0
+            moved = sample is not None and tr.last is not None and sample.nr_throttled > tr.last.nr_throttled
+            rest = self._unclassified(tr, sample) if sample is not None else None
             if rest is not None:
                 windows.append((tr, rest))
             if tr.hot is not None and not within:
@@ -260,7 +267,9 @@ class Watcher:
                 else:
                     waiting.append((tr.last_hot, path, tr))
         self._count_windows(windows)  # under one lock: a scrape holds it while it builds its families
-        self.coarse_every_s = self._every(self.interval_s, time.thread_time() - cpu0)
+        # from what a round costs once its groups are open: a first round that opens and parses
+        # every group's files costs many rounds' worth, and would put the next one off by as much
+        self.coarse_every_s = self._every(self.interval_s, time.thread_time() - cpu0 - opening)
         waiting.sort(key=lambda w: w[0])
         for _, path, tr in waiting[: max(0, self.max_hot - len(self.hot))]:
             self._heat(path, tr, now)
@@ -273,12 +282,18 @@ class Watcher:
         return max(least_s, cost_s / (self.budget.share * ROUTINE_SHARE))
 
     @staticmethod
-    def _read(tr: Tracked) -> periods.Sample:
-        """The group's counters (cpu.stat, and v1's cpuacct.usage), on files kept open."""
+    def _read(tr: Tracked) -> periods.Sample | None:
+        """The group's counters (cpu.stat, and v1's cpuacct.usage), on files kept open; None
+        when they read as they did last time (an idle group: most of a node's, and parsing
+        them every round cost 1,000 groups a quarter of the budget)."""
         if tr.reader is None:
             tr.reader = sampler.Reader(tr.group)
         try:
-            return tr.reader.read()
+            raw = tr.reader.read_raw()
+            if (raw[1], raw[2]) == tr.raw:
+                return None
+            tr.raw = (raw[1], raw[2])
+            return tr.reader.parse(raw)
         except BwlabError:
             tr.close()
             raise
