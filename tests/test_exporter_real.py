@@ -189,9 +189,11 @@ def test_prometheus_sees_below_quota_and_at_quota(tmp_path: Path) -> None:
                 query(prom, target["expr"].replace("$namespace", ".*"))
 
 
-# How long a group throttles under the exporter's eye, at its defaults (issue 32: 5 minutes),
-# and how long the same group is watched with no budget after it.
-NEVER_BLIND_S = 300
+# How long a group throttles under the exporter's eye, at its defaults, and how long the same
+# group is watched with no budget after it. Issue 32 asks 5 minutes: BWLAB_NEVER_BLIND_S=300
+# runs that (docs/testing.md has its run); CI's 120 s are CI's budget (docs/testing.md), and
+# four 15 s steps of the 1-minute rate, all after the 10 s bucket of CPU budget is spent.
+NEVER_BLIND_S = int(os.environ.get("BWLAB_NEVER_BLIND_S", "120"))
 UNBUDGETED_S = 10
 
 
