@@ -20,7 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -362,9 +362,11 @@ def test_group_removed_while_watched_is_one_line() -> None:
     name = cgroup.unique_name("gone")
     grp = hier.create(name, 10000, 10000, 0, None)
     try:
-        proc = subprocess.Popen([*_cli(), "doctor", "/" + name, "--seconds", "20", "--no-predict"], cwd=REPO,
-                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
-        time.sleep(2)
+        with started_in(grp, ["sleep", "60"]):  # a group with a process: doctor watches it (2 s unwatched first)
+            proc = subprocess.Popen([*_cli(), "doctor", "/" + name, "--seconds", "20", "--no-predict"], cwd=REPO,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+            time.sleep(4)
+            grp.remove()
     finally:
         grp.remove()
     _, err = proc.communicate(timeout=60)
@@ -396,7 +398,7 @@ def runtime_layouts() -> Iterator[dict[str, str]]:
         "system.slice/bwlab-test.service": (50000, 100000),  # systemd CPUQuota=50%
     }  # fmt: skip
     made: list[Path] = []
-    proc = None
+    procs: list[subprocess.Popen[bytes]] = []
     try:
         for rel_path, limit in layout.items():
             for root in roots:
@@ -408,18 +410,24 @@ def runtime_layouts() -> Iterator[dict[str, str]]:
                 (hier.cpu / rel_path / "cpu.cfs_period_us").write_text(str(limit[1]))
                 (hier.cpu / rel_path / "cpu.cfs_quota_us").write_text(str(limit[0]))
         docker = f"system.slice/docker-{CIDS[2]}.scope"
+        container = f"kubepods/burstable/pod{UID}/{CIDS[0]}"
 
-        def join() -> None:
-            for root in roots:
-                (root / docker / "cgroup.procs").write_text(str(os.getpid()))
+        def joiner(rel_path: str) -> Callable[[], None]:
+            def join() -> None:
+                for root in roots:
+                    (root / rel_path / "cgroup.procs").write_text(str(os.getpid()))
 
-        argv = [str(programs.resolve("sysbench")), "cpu", "--threads=2", "--time=60", "run"]
-        proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=join, start_new_session=True)
+            return join
+
+        sysbench = [str(programs.resolve("sysbench")), "cpu", "--threads=2", "--time=60", "run"]
+        for argv, where in ((sysbench, docker), (["sleep", "60"], container)):  # the kubelet's: a process, idle
+            procs.append(subprocess.Popen(argv, stdout=subprocess.DEVNULL, preexec_fn=joiner(where),
+                                          start_new_session=True))  # fmt: skip
         time.sleep(0.5)
         yield {"docker": "/" + docker, "pod": f"/kubepods/burstable/pod{UID}",
                "container": f"/kubepods/burstable/pod{UID}/{CIDS[0]}"}  # fmt: skip
     finally:
-        if proc is not None:
+        for proc in procs:
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
