@@ -273,10 +273,11 @@ def test_a_program_that_never_exits_is_stopped_at_its_duration_in_a_bundle(tmp_p
 def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(tmp_path: Path, spin: Path) -> None:
     """A program that says it ends by itself and never does is killed at its limit (3 x
     duration + 60 s); the result keeps the case that finished, the hung case's other
-    repetitions are not run, and the one-line error says how to make it end."""
+    repetitions are not run, and the one-line error says how to make it end. It hangs asleep:
+    a spinning one cost the parallel run a CPU for its 63 s."""
     path = write_scenario(tmp_path, spin, run_ms=200)
     path.write_text(path.read_text().replace("[workload]", '[[case]]\nname = "ends"\n\n[[case]]\nname = "hangs"\n'
-                                             '"workload.argv" = ["sh", "-c", "while :; do :; done"]\n'
+                                             '"workload.argv" = ["sh", "-c", "while :; do sleep 1; done"]\n'
                                              '"workload.metrics" = "none"\n"workload.ends_by_itself" = true\n\n'
                                              '[workload]'))  # fmt: skip
     proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"), timeout=300)

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, plot, sampler, threadpools, tune, whatif, window
+from bwlab.live import diagnose, ebpf, groups, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
 from bwlab.progress import console, out
@@ -220,6 +220,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     doc["watching_effect"] = watching_effect(doc["unwatched"], analysis.total, analysis.throttled)
     doc["watched_seconds"] = args.seconds
     if args.png:
+        from bwlab.live import plot  # matplotlib's import (~0.9 s) only where a timeline is drawn
+
         if not analysis.periods:
             raise BwlabError(f"{group.path} ran no full period while watched: no timeline to draw")
         plot.timeline(analysis, f"{group.path}: {diag.verdict}", Path(args.png))
