@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import statistics
 import subprocess
 import sys
 import time
@@ -13,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from bwlab import cgroup
+from bwlab.analysis import validate
 from bwlab.kernel.build import SUPPORTED_HZ
 
 from conftest import (
@@ -145,29 +147,44 @@ def test_group_remove_handles_nested_groups_with_tasks() -> None:
 
 
 def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
-    """The lab on the real host kernel, then the simulator against it (bwlab validate)."""
+    """The lab on the real host kernel, then the simulator against it (bwlab validate): its
+    rows, sources and exit status, and at a 10 ms period the model within its stated tolerance
+    (validate.within: 20 %) of what the host measured.
+
+    Only 10 ms is asserted: on this host the model throttles more 50 and 100 ms periods than the
+    kernel does (20 runs at 29ac1ce, 2026-11-26: 50 ms within in 8, 100 ms in 1; 10 ms in 19;
+    docs/testing.md, docs/simulator.md). The lab side is the median of three repetitions, not
+    validate's mean of them: at demand == quota outside load now and then takes a repetition's
+    throttled share down (35 % among 48-52 % in one of those runs: its 10 ms mean missed)."""
     lab = tmp_path / "lab"
-    for scenario in ("timerlat", "noise", "table2"):
-        reps = "1" if scenario == "noise" else "2"
+    for scenario, reps in (("noise", "1"), ("table2", "3")):
         proc = bwlab("run", scenario, "--target", "host", "--reps", reps, "--duration", "4", "--out", str(lab))
         assert proc.returncode == 0, proc.stderr
     noise = json.loads((lab / "noise-host.json").read_text())["cases"][0]["reps"][0]["metrics"]
     # two spinners on a machine with two CPUs get nearly all of them; timers interrupt on time
     assert 0 <= noise["uncharged_pct"] < 20 and noise["timer_late_p50_us"] < 1000
     proc = bwlab("validate", "--results", str(lab), "--reps", "10")
-    assert proc.returncode in (0, 1), proc.stderr
     rows = {r["case"]: r for r in map(json.loads, (lab / "validate.jsonl").read_text().splitlines())}
+    table2 = json.loads((lab / "table2-host.json").read_text())
+    at_10ms = [r["metrics"]["throttled_pct"] for c in table2["cases"] if c["case"] == "10ms" for r in c["reps"]]
+    for case, r in rows.items():  # docs/testing.md's distribution
+        print(f"validate {case}: lab {r['lab_mean']:.2f} +- {r['lab_sd']:.2f}, sim {r['sim_mean']:.2f} "
+              f"+- {r['sim_sd']:.2f}, within {r['ok']}, rc {proc.returncode}")  # fmt: skip
+    print(f"validate 10ms repetitions: {at_10ms}")
     assert set(rows) == {"100ms", "50ms", "10ms"}
+    # its verdict is its exit status: 0 when every point is within the tolerance, else 1 and why
+    if all(r["ok"] for r in rows.values()):
+        assert proc.returncode == 0, proc.stderr
+    else:
+        assert proc.returncode == 1 and "points outside the tolerance" in proc.stderr, proc.stderr
     # the machine as table2's own noise probe measured it, before its cases: its timer
     # lateness and its other work (the separate noise result is the fallback)
-    probes = json.loads((lab / "table2-host.json").read_text())["meta"]["noise"]
+    probes = table2["meta"]["noise"]
     assert len(probes) == 2  # before and after the cases
     assert all(p["metrics"]["uncharged_pct"] >= 0 and "timer_late_us" in p["stdout"] for p in probes)
-    assert all(r["timer_latency"] == "noise-in-run" and r["lab_reps"] == 2 for r in rows.values())
+    assert all(r["timer_latency"] == "noise-in-run" and r["lab_reps"] == 3 for r in rows.values())
     assert all(r["other_work"].startswith("noise-in-run (") for r in rows.values())
-    # at a 10 ms period, demand = quota is throttled here (a repetition can be an outlier, as
-    # the first one often is on this host) and about every other period in the model
-    assert rows["10ms"]["lab_mean"] > 5 and rows["10ms"]["sim_mean"] > 40
+    assert validate.within(statistics.median(at_10ms), rows["10ms"]["sim_mean"]), (at_10ms, rows["10ms"])
     assert "| table2 | host | 10ms |" in (lab / "validate.md").read_text()
 
 

@@ -17,6 +17,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import time
@@ -167,30 +168,31 @@ def host_and_ssh(sshd: Sshd, scenario: str, name: str, out: Path, *args: str) ->
 
 
 def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
-    """The same kernel twice, once through sshd: the same result shape and meta, and
-    throttled % at a 10 ms period within noise (bwlab compare: not significant at 95 %)."""
+    """The same kernel twice, once through sshd: the same result shape and meta, and the same
+    throttled % at a 10 ms period (demand == quota: about half the periods), as medians of six
+    3 s repetitions each, within 10 % of each other.
+
+    Medians, because throttling at demand == quota is all or nothing in outside load: a task
+    that takes 1-2 % of a CPU from the group for a few seconds takes its demand below the quota
+    and its repetition's share down (this machine: 6 of 264 repetitions in 18 runs, at 1.7-37 %,
+    at most 2 together; docs/testing.md). Bounds from those 18 runs (22 pairs): median ratio ssh/host
+    0.969-1.040. Before, `bwlab compare`'s "not significant at 95 %" and every repetition above
+    20 %, with a second pair on failure, failed 2 of the 18 runs."""
     before = _run_dirs()
-    comparison: dict[str, object] = {}
-    throttled: list[float] = []
-    # A 95 % interval misses a true ratio of 1 once in 20, and a burst of load from outside on
-    # this 2-CPU machine takes a 3 s rep's demand below its quota (CI saw one host rep at 1.3 %
-    # among five at 49-51 %): one more pair then, and the last pair must pass both checks.
-    for attempt in range(2):
-        out = tmp_path / f"try{attempt}"
-        host_doc, ssh_doc = host_and_ssh(sshd, str(DATA / "table2-10ms.toml"), "table2-10ms", out, "--reps", "6",
-                                         "--duration", "3")  # fmt: skip
-        assert _shape(ssh_doc) == _shape(host_doc) and ssh_doc["status"] == "ok"
-        meta = ssh_doc["meta"]
-        assert meta["target"] == "ssh" and meta["remote"] == "ssh://bwlab-test"
-        assert meta["kernel_release"] == platform.release() and meta["hz"] == kernel_hz()
-        assert meta["vcpus"] == len(os.sched_getaffinity(0)) and meta["cgroup"] == cgroup.detect().describe()
-        assert len(meta["noise"]) == 2 and all("metrics" in p for p in meta["noise"])
-        comparison = _compare_throttled(out / "table2-10ms-host.json", out / "table2-10ms-ssh-bwlab-test.json")
-        throttled = [*comparison["a_values"], *comparison["b_values"]]  # type: ignore[misc]
-        if min(throttled) > 20 and not comparison["significant"]:  # demand == quota: throttled
-            break
-    assert min(throttled) > 20, comparison
-    assert not comparison["significant"], comparison
+    host_doc, ssh_doc = host_and_ssh(sshd, str(DATA / "table2-10ms.toml"), "table2-10ms", tmp_path, "--reps", "6",
+                                     "--duration", "3")  # fmt: skip
+    assert _shape(ssh_doc) == _shape(host_doc) and ssh_doc["status"] == "ok"
+    meta = ssh_doc["meta"]
+    assert meta["target"] == "ssh" and meta["remote"] == "ssh://bwlab-test"
+    assert meta["kernel_release"] == platform.release() and meta["hz"] == kernel_hz()
+    assert meta["vcpus"] == len(os.sched_getaffinity(0)) and meta["cgroup"] == cgroup.detect().describe()
+    assert len(meta["noise"]) == 2 and all("metrics" in p for p in meta["noise"])
+    comparison = _compare_throttled(tmp_path / "table2-10ms-host.json", tmp_path / "table2-10ms-ssh-bwlab-test.json")
+    print(f"table2 over ssh: {json.dumps(comparison)}")  # docs/testing.md's distribution
+    host, ssh = (sorted(comparison[side]) for side in ("a_values", "b_values"))  # type: ignore[call-overload]
+    # demand == quota is throttled on both, at most 2 of 6 repetitions lost to outside load
+    assert host[2] > 40 and ssh[2] > 40, comparison
+    assert 0.9 <= statistics.median(ssh) / statistics.median(host) <= 1.1, comparison
     assert leftovers(before) == []
 
 
