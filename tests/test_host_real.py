@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bwlab import cgroup
+from bwlab import cgroup, scenario
 from bwlab.analysis import validate
 from bwlab.kernel.build import SUPPORTED_HZ
 
@@ -151,14 +151,20 @@ def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
     rows, sources and exit status, and at a 10 ms period the model within its stated tolerance
     (validate.within: 20 %) of what the host measured.
 
-    Only 10 ms is asserted: on this host the model throttles more 50 and 100 ms periods than the
+    Only 10 ms is run: on this host the model throttles more 50 and 100 ms periods than the
     kernel does (20 runs at 29ac1ce, 2026-11-26: 50 ms within in 8, 100 ms in 1; 10 ms in 19;
     docs/testing.md, docs/simulator.md). The lab side is the median of three repetitions, not
     validate's mean of them: at demand == quota outside load now and then takes a repetition's
     throttled share down (35 % among 48-52 % in one of those runs: its 10 ms mean missed)."""
     lab = tmp_path / "lab"
-    for scenario, reps in (("noise", "1"), ("table2", "3")):
-        proc = bwlab("run", scenario, "--target", "host", "--reps", reps, "--duration", "4", "--out", str(lab))
+    # table2 with its 10 ms case alone, the one asserted (validate takes each case's spec from
+    # the built-in scenario of the result's name): the other three cost 36 s and asserted nothing
+    builtin = scenario.find("table2").read_text()
+    head, *cases = builtin.split("[[case]]\n")
+    (ten,) = [c for c in cases if 'name = "10ms"' in c]
+    (tmp_path / "table2.toml").write_text(f"{head}[[case]]\n{ten}")
+    for name, reps in (("noise", "1"), (str(tmp_path / "table2.toml"), "3")):
+        proc = bwlab("run", name, "--target", "host", "--reps", reps, "--duration", "4", "--out", str(lab))
         assert proc.returncode == 0, proc.stderr
     noise = json.loads((lab / "noise-host.json").read_text())["cases"][0]["reps"][0]["metrics"]
     # two spinners on a machine with two CPUs get nearly all of them; timers interrupt on time
@@ -171,7 +177,7 @@ def test_validate_the_model_against_this_host(tmp_path: Path) -> None:
         print(f"validate {case}: lab {r['lab_mean']:.2f} +- {r['lab_sd']:.2f}, sim {r['sim_mean']:.2f} "
               f"+- {r['sim_sd']:.2f}, within {r['ok']}, rc {proc.returncode}")  # fmt: skip
     print(f"validate 10ms repetitions: {at_10ms}")
-    assert set(rows) == {"100ms", "50ms", "10ms"}
+    assert set(rows) == {"10ms"} and [c["case"] for c in table2["cases"]] == ["10ms"]
     # its verdict is its exit status: 0 when every point is within the tolerance, else 1 and why
     if all(r["ok"] for r in rows.values()):
         assert proc.returncode == 0, proc.stderr
