@@ -96,9 +96,19 @@ def test_an_archive_over_the_limit_is_one_line_and_leaves_nothing(tmp_path: Path
     assert not (tmp_path / "b").exists() and not (tmp_path / "b.tar.xz").exists()
 
 
-def fake_probe(out: Path, facts: str) -> None:
-    """run.sh with a probe that reports `facts` (and makes its directory as the real one does)."""
-    (out / "probe.sh").write_text(f"cat <<'EOF'\n{facts}EOF\necho \"dir=$(mktemp -d /tmp/bwlab-XXXXXX)\"\n")
+def fake_probe(out: Path, facts: str) -> Path:
+    """run.sh with a probe that reports `facts` and makes its directory as the real one does;
+    the file that will name that directory (other tests make and remove /tmp/bwlab-* beside
+    this one in the parallel run: one failed comparing the whole of /tmp, 2026-11-26)."""
+    made = out.parent / "probe-made"
+    (out / "probe.sh").write_text(f"cat <<'EOF'\n{facts}EOF\nd=$(mktemp -d /tmp/bwlab-XXXXXX)\n"
+                                  f"echo \"$d\" > {made}\necho \"dir=$d\"\n")  # fmt: skip
+    return made
+
+
+def probe_left_nothing(made: Path) -> bool:
+    """The probe did not run (run.sh stopped before it), or the directory it made is gone."""
+    return not made.is_file() or not Path(made.read_text().strip()).exists()
 
 
 @pytest.mark.parametrize(
@@ -116,12 +126,11 @@ def test_a_machine_it_cannot_run_on_is_one_line(tmp_path: Path, facts: str, mess
     out = make(tmp_path, "--ncpu", "2")
     groups = tmp_path / "cgroupfs"
     groups.mkdir()
-    fake_probe(out, facts.replace("@TMP@", str(groups)))
-    before = set(Path("/tmp").glob("bwlab-*"))
+    made = fake_probe(out, facts.replace("@TMP@", str(groups)))
     res = subprocess.run(["sh", str(out / "run.sh"), str(tmp_path / "o")], capture_output=True, text=True)
     assert res.returncode == 1, res.stderr
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("bwlab bundle: ") and message in res.stderr
-    assert set(Path("/tmp").glob("bwlab-*")) == before  # the probe's directory removed
+    assert probe_left_nothing(made)
     assert list(groups.iterdir()) == []
 
 
@@ -137,16 +146,15 @@ def test_a_machine_it_cannot_run_on_is_one_line(tmp_path: Path, facts: str, mess
 def test_guests_it_cannot_boot_are_one_line(tmp_path: Path, env: dict[str, str], guests: bool, message: str) -> None:
     """run.sh's checks of its guest part, on a host bundle given a (fake) guest list for 7 vCPUs."""
     out = make(tmp_path, "--ncpu", "2")
-    fake_probe(out, "euid=0\nncpu=2\nhz=250\n")  # no cgroups: the guest part needs none
+    made = fake_probe(out, "euid=0\nncpu=2\nhz=250\n")  # no cgroups: the guest part needs none
     if guests:
         (out / "guest/plans/n7").mkdir(parents=True)
         (out / "guest/list").write_text("0 7.3.4-x 250 100 0 guest-baseline\n")
-    before = set(Path("/tmp").glob("bwlab-*"))
     res = subprocess.run(["sh", str(out / "run.sh"), str(tmp_path / "o")], capture_output=True, text=True,
                          env={**os.environ, **env})  # fmt: skip
     assert res.returncode == 1, res.stderr
     assert res.stderr.count("\n") == 1 and res.stderr.startswith("bwlab bundle: ") and message in res.stderr
-    assert set(Path("/tmp").glob("bwlab-*")) == before
+    assert probe_left_nothing(made)
 
 
 @pytest.mark.parametrize(
