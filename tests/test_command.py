@@ -16,15 +16,16 @@ import dataclasses
 import json
 import os
 import shutil
+import signal
 import subprocess
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from bwlab import scenario
+from bwlab import cli, scenario
 from bwlab.errors import BwlabError
-from bwlab.targets import base, plan
+from bwlab.targets import base, host, plan
 from bwlab.targets.base import RawRep
 from bwlab.workloads import command
 from bwlab.workloads.base import Resolved, stop_time_s
@@ -270,20 +271,29 @@ def test_a_program_that_never_exits_is_stopped_at_its_duration_in_a_bundle(tmp_p
 
 @pytest.mark.untimed
 @needs_root()
-def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(tmp_path: Path, spin: Path) -> None:
+def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(
+    tmp_path: Path, spin: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     """A program that says it ends by itself and never does is killed at its limit (3 x
     duration + 60 s); the result keeps the case that finished, the hung case's other
-    repetitions are not run, and the one-line error says how to make it end. It hangs asleep:
-    a spinning one cost the parallel run a CPU for its 63 s."""
+    repetitions are not run, and the one-line error says how to make it end. The CLI runs in
+    this process with the 60 s at 4 (it held a worker of the parallel run for 63 s)."""
+    monkeypatch.setattr(host, "GRACE_SECONDS", 4.0)
     path = write_scenario(tmp_path, spin, run_ms=200)
     path.write_text(path.read_text().replace("[workload]", '[[case]]\nname = "ends"\n\n[[case]]\nname = "hangs"\n'
                                              '"workload.argv" = ["sh", "-c", "while :; do sleep 1; done"]\n'
                                              '"workload.metrics" = "none"\n"workload.ends_by_itself" = true\n\n'
                                              '[workload]'))  # fmt: skip
-    proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"), timeout=300)
-    assert proc.returncode == 1 and len(proc.stderr.strip().splitlines()) == 1, proc.stderr
-    assert "sh hung in case hangs: still running 63 s after it started (duration_s = 1), killed" in proc.stderr
-    assert "It has ends_by_itself = true: remove that line to stop it at the duration" in proc.stderr
+    on_sigterm = signal.getsignal(signal.SIGTERM)
+    try:
+        rc = cli.main(["run", str(path), "--target", "host", "--out", str(tmp_path / "out")])
+    finally:
+        signal.signal(signal.SIGTERM, on_sigterm)
+    stderr = capsys.readouterr().err
+    assert rc == 1 and len(stderr.strip().splitlines()) == 1, stderr
+    assert "sh hung in case hangs: still running 7 s after it started (duration_s = 1), killed" in stderr
+    assert "It has ends_by_itself = true: remove that line to stop it at the duration" in stderr
+    assert not pids_with("while :; do sleep 1; done")
     doc = json.loads((tmp_path / "out" / "mine-host.json").read_text())
     ends, hangs = doc["cases"]
     assert [r["metrics"]["exit_status"] for r in ends["reps"]] == [0, 0]
