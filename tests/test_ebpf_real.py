@@ -73,7 +73,15 @@ def running(period_us: int, quota_us: int, argv: list[str]) -> Iterator[str]:
 
 
 def traced_doctor(path: str, seconds: float) -> dict[str, object]:
-    proc = bwlab("doctor", path, "--seconds", str(seconds), "--ebpf", "--no-predict", "--json", "-", timeout=300)
+    """doctor --ebpf's JSON. Run again once, and only, where bpftrace had not printed its trace
+    60 s after it was stopped (ebpf.Tracer.stop): 2 of about 40 runs of the 10 ms case on
+    2026-11-26 (one of them in CI), a failure of the tool, not of a bound; twice in a row at
+    that rate is about 1 in 400 (docs/testing.md, retries)."""
+    argv = ("doctor", path, "--seconds", str(seconds), "--ebpf", "--no-predict", "--json", "-")
+    proc = bwlab(*argv, timeout=300)
+    if proc.returncode == 1 and "bpftrace had not printed its trace" in proc.stderr:
+        print(f"traced doctor run again: {proc.stderr.strip()}")
+        proc = bwlab(*argv, timeout=300)
     assert proc.returncode == 0, proc.stderr
     doc = json.loads(proc.stdout)
     assert isinstance(doc, dict) and doc["sampling"]["traced"] is True
@@ -266,3 +274,27 @@ def test_ebpf_without_bpftrace_is_one_line(tmp_path: Path) -> None:
         proc = bwlab("doctor", path, "--seconds", "1", "--ebpf", env=env)
     assert proc.returncode == 1
     assert proc.stderr.strip().splitlines() == ["bwlab: error: --ebpf needs bpftrace (Debian: apt install bpftrace)"]
+
+
+def test_a_bpftrace_that_does_not_finish_is_an_error_not_a_trace(tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:  # fmt: skip
+    """bpftrace stopped that has not printed its maps by STOP_TIMEOUT_S: an error saying where
+    it was, never the part printed read as a trace (it once said the group wanted nothing);
+    tracefs released, no bpftrace left. A fake bpftrace that attaches and ignores SIGINT."""
+    from bwlab.errors import BwlabError
+    from bwlab.live import ebpf
+
+    fake = tmp_path / "bpftrace"
+    fake.write_text("#!/bin/sh\ntrap '' INT\necho 'Attaching 4 probes...' > \"$2\"\nexec sleep 600\n")
+    fake.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{tmp_path}:{os.environ['PATH']}")
+    monkeypatch.setattr(ebpf, "STOP_TIMEOUT_S", 1.0)
+    mounted = tracefs_state()
+    tracer = ebpf.Tracer([os.getpid()])
+    tracer.wait_attached()
+    pid = tracer._proc.pid
+    with pytest.raises(BwlabError) as err:
+        tracer.stop()
+    assert str(err.value).startswith("--ebpf: bpftrace had not printed its trace 1 s after it was stopped (state S")
+    assert str(err.value).endswith("bytes printed): no trace"), err.value
+    assert not Path(f"/proc/{pid}").exists() and tracefs_state() == mounted

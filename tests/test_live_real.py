@@ -108,6 +108,7 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         burst = diag["recommended_burst_us"]
         assert burst == min(NCPU * 10000, TICK_US * NCPU)  # one tick per CPU
         predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+        print(f"demand == quota: predicted {predicted}")
         assert predicted["as it is"] > 20 and predicted[f"burst {burst} us"] < 5
         # the fix, as recommended: tune writes it, reads it back
         tuned = bwlab("tune", rel(grp), "--burst", "auto", env={"BWLAB_CACHE": str(tmp_path)})
@@ -115,6 +116,7 @@ def test_demand_equals_quota_is_below_quota_and_burst_fixes_it(tmp_path: Path) -
         burst_file = grp.stat_file.parent / "cpu.cfs_burst_us"
         assert int(burst_file.read_text()) == burst
         measured, delta = unwatched(grp, 5)
+        print(f"demand == quota: tuned, throttled {measured:.2f} % unwatched")
         assert measured <= 1.0, delta
         assert abs(measured - predicted[f"burst {burst} us"]) <= 3  # as predicted
         reverted = bwlab("tune", rel(grp), "--revert", env={"BWLAB_CACHE": str(tmp_path)})
@@ -174,10 +176,13 @@ def test_twice_the_quota_is_at_quota() -> None:
     with loaded_group(10000, NCPU / 2, NCPU, 40) as grp:
         doc = doctor(grp)
         throttled, at = int(doc["throttled"]), int(doc["at_quota"])  # type: ignore[call-overload]
+        predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+        before = doc["before"]
+        print(f"twice the quota: throttled {throttled} of {doc['periods']}, at quota {at}, before doctor "
+              f"{before}, predicted {predicted}, replay {doc['replay_check']}")  # fmt: skip
         assert throttled > 0.9 * int(doc["periods"])  # type: ignore[call-overload]
         # the counters as doctor found them: the 1-1.5 s sysbench ran before, its start included
         # (107 of 139 periods throttled in one run here)
-        before = doc["before"]
         assert isinstance(before, dict) and before["periods"] >= 20, before
         assert before["throttled"] >= 0.5 * before["periods"], before
         assert at >= 0.95 * throttled, doc  # precision of "below quota": none of these is
@@ -187,7 +192,6 @@ def test_twice_the_quota_is_at_quota() -> None:
         # the measured (every period; 82.8 % predicted in one run here); one thread instead of two
         # wants the quota exactly and, on a stock kernel, is throttled in some periods by the
         # tick overrun, not in all
-        predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
         assert doc["replay_check"]["agrees"], doc["replay_check"]  # type: ignore[index]
         assert not any(s.startswith("burst") for s in predicted), predicted
         if NCPU == 2:
@@ -208,6 +212,8 @@ def test_sparse_reads_bracket_each_boundary_with_a_third_of_the_reads() -> None:
     periods, throttled = int(doc["periods"]), int(doc["throttled"])  # type: ignore[call-overload]
     assert periods >= 0.9 * seconds * 100 and int(sampling["reads"]) <= 3.5 * seconds * 100, sampling
     errors = sorted(float(p["error_us"]) for p in doc["per_period"])  # type: ignore[attr-defined]
+    print(f"sparse: {periods} periods, {sampling['reads']} reads, p95 error {errors[int(0.95 * len(errors))]:.0f} us, "
+          f"throttled {throttled}, at quota {doc['at_quota']}")  # fmt: skip
     # a period's usage error: half of each of its two boundaries' brackets (or of the phase
     # window fitted to them), times the CPUs: at most NCPU x 1 ms with 1 ms brackets
     assert errors[int(0.95 * len(errors))] <= NCPU * 1000, errors[-20:]
