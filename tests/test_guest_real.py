@@ -290,7 +290,9 @@ def test_a_guest_bundle_runs_in_a_root_of_busybox_alone(kernel_key: str, tmp_pat
     for g, r in zip(got.cases, ran.cases, strict=True):
         assert g.settings == r.settings
         assert sorted(g.reps[0].metrics) == sorted(r.reps[0].metrics), g.case
-    assert got.cases[1].reps[0].metrics["nr_periods"] >= 150  # 2 s of 10 ms periods
+    # the case ran for about its 2 s of 10 ms periods: a check that it ran, not a timing bound
+    # (this test runs beside others, in the parallel run: CI of 5b519d9 counted 148 there)
+    assert got.cases[1].reps[0].metrics["nr_periods"] >= 100
 
 
 @pytest.mark.untimed
