@@ -226,12 +226,16 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
 
     # the report counts the periods whose (traced) demand lies within 3 % of the quota of the line
     # (the quota as a rate: a period stretched by a late timer holds that much more of it)
+    def capacity(p: dict[str, object]) -> float:
+        """The quota a period's row holds: a period stretched by a late timer holds that much more."""
+        return max(1.0, (float(p["end"]) - float(p["start"])) * 1e6 / period_us) * quota  # type: ignore[arg-type]
+
     def near_line(p: dict[str, object]) -> bool | None:
         """The flag as recomputed from the JSON; None at the band's very edge, where the JSON's
         rounding (boundaries to the us, demand to the us) decides (a run here once differed)."""
-        capacity = max(1.0, (float(p["end"]) - float(p["start"])) * 1e6 / period_us) * quota  # type: ignore[arg-type]
-        off = abs(float(p["demand_us"]) - 1.1 * capacity)  # type: ignore[arg-type]
-        return None if abs(off - 0.03 * capacity) <= 1e-4 * capacity else off <= 0.03 * capacity
+        fits = capacity(p)
+        off = abs(float(p["demand_us"]) - 1.1 * fits)  # type: ignore[arg-type]
+        return None if abs(off - 0.03 * fits) <= 1e-4 * fits else off <= 0.03 * fits
 
     wrong = [(p["demand_us"], p["near_line"]) for p in found if near_line(p) not in (None, p["near_line"])]
     assert not wrong, (quota, wrong)
@@ -254,11 +258,8 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
     # (of 515 throttled) and 5 in two CI runs there (docs/testing.md): at most max(6, 2 %) of the
     # throttled periods. Periods of over-use called so: at least 90 % per run (two CI runs on
     # 2026-11-25 had 88 of 95 and 77 of 83, the same blind spot; here 0-2 a run).
-    def far_over(p: dict[str, object]) -> bool:
-        capacity = max(1.0, (float(p["end"]) - float(p["start"])) * 1e6 / period_us) * quota  # type: ignore[arg-type]
-        return float(p["demand_us"]) > 1.25 * capacity  # type: ignore[arg-type]
-
-    far = sum(said and not truth and far_over(p) for p, (truth, said) in zip(found, pairs, strict=True))
+    far = sum(said and not truth and float(p["demand_us"]) > 1.25 * capacity(p)  # type: ignore[arg-type]
+              for p, (truth, said) in zip(found, pairs, strict=True))  # fmt: skip
     print(f"{period_us} us: wrong below calls {saids - tp}, of them far over the line {far}")
     over_used = [said for truth, said in pairs if not truth]
     assert len(over_used) >= 10 and sum(not said for said in over_used) / len(over_used) >= 0.90, summary

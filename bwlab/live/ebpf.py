@@ -30,8 +30,8 @@ from bwlab.errors import BwlabError
 from bwlab.schedtrace import TRACEFS, Trace, period_timer_address
 
 ATTACH_TIMEOUT_S = 30.0
+STOP_TIMEOUT_S = 60.0  # for bpftrace to print its maps once stopped (1-2 s here)
 # events kept per map (bpftrace's map size); the wakelat burst scenario makes ~1,000 a second
-STOP_TIMEOUT_S = 60.0
 MAX_EVENTS = 200_000  # bpftrace compiles before it attaches: a second or two here
 
 
@@ -73,12 +73,17 @@ def script(tids: list[int], timer_address: int) -> str:
 EVENT = re.compile(r"^@([psw])\[\d+, \d+\]: \(([\d, -]+)\)$")
 
 
-def _thread_running(tid: int) -> bool:
+def _stat(pid: int) -> list[str] | None:
+    """A thread's /proc stat fields after its command name (the state first), or None if gone."""
     try:
-        stat = Path(f"/proc/{tid}/stat").read_text()
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
     except OSError:
-        return False
-    return stat.rsplit(")", 1)[-1].split()[0] == "R"
+        return None
+
+
+def _thread_running(tid: int) -> bool:
+    stat = _stat(tid)
+    return stat is not None and stat[0] == "R"
 
 
 def parse(text: str, start: float, end: float, initially: dict[int, bool]) -> Trace:
@@ -120,8 +125,10 @@ def start_tracing(tids: list[int], threads_now: Callable[[], list[int]], tries: 
 
 def _where(pid: int) -> str:
     """A running process's state, CPU time and kernel wait channel, for an error message."""
+    stat = _stat(pid)
+    if stat is None:
+        return "gone"
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()
         wchan = Path(f"/proc/{pid}/wchan").read_text().strip() or "-"
     except OSError:
         return "gone"
