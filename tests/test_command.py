@@ -30,7 +30,7 @@ from bwlab.targets.base import RawRep
 from bwlab.workloads import command
 from bwlab.workloads.base import Resolved, stop_time_s
 
-from conftest import bwlab, needs_root, pids_with, run_in_busybox_root, tool_or_skip
+from conftest import bwlab, needs_root, pids_with, run_in_busybox_root, steal_ticks, tool_or_skip
 
 # Spins on one thread for the given milliseconds of wall time, printing how many loops it
 # made and one "latency" sample per 100 ms; exits with the status given as argv[2].
@@ -155,16 +155,25 @@ def test_json_last_line_metrics() -> None:
 @needs_root()
 def test_on_the_host(tmp_path: Path, spin: Path) -> None:
     path = write_scenario(tmp_path, spin, run_ms=1000)
+    before = steal_ticks()
     proc = bwlab("run", str(path), "--target", "host", "--out", str(tmp_path / "out"))
+    steal = (steal_ticks() - before) / os.sysconf("SC_CLK_TCK")
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "out" / "mine-host.json").read_text())
     for rep in doc["cases"][0]["reps"]:
         m = rep["metrics"]
         assert m["exit_status"] == 0 and m["loops"] > 0 and 1000 <= m["ran_ms"] < 1100
         assert m["cmd_throttled_pct"] == 7  # the program's own number, beside the group's
-        # half a CPU at a 10 ms period, one spinning thread: throttled in most periods
-        assert m["nr_periods"] >= 80 and m["throttled_pct"] > 50
-        assert 0.4 < m["cpus_used"] <= 0.55
+        print(f"command on the host: {m['nr_periods']:.0f} periods, throttled {m['throttled_pct']:.1f} %, "
+              f"{m['cpus_used']:.3f} CPUs, steal {steal:.2f} s")  # fmt: skip
+        # The group's own cpu.stat deltas, whatever CPU the machine had to give: about 100
+        # periods, throttled in some (half a CPU for a thread that wants a whole one), the
+        # percentage of the kernel's own counts, and never more than the quota's half CPU. How
+        # many periods throttle depends on the CPU the thread got (on a quiet machine 94-98 %,
+        # in CI once 47 %: docs/testing.md), which is not what this test is about.
+        assert 80 <= m["nr_periods"] <= 115 and m["nr_throttled"] >= 1 and m["throttled_us"] > 0
+        assert m["throttled_pct"] == 100 * m["nr_throttled"] / m["nr_periods"]
+        assert 0 < m["cpus_used"] <= 0.55
         assert rep["samples_us"] == [100, 200]
     assert "mine" in (tmp_path / "out" / "report.md").read_text()
 
