@@ -239,6 +239,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--cgroup-mode", choices=kselftest.CGROUP_MODES, metavar="MODE",
                    help="run test_cpu with this /sys/kernel/debug/sched/cgroup_mode (7.3: concur by default; "
                    "smp is the weight split test_cpu was written for)")  # fmt: skip
+    p.add_argument("--only", action="append", metavar="TEST",
+                   help="run this test_cpu test (repeatable; default: all of them, in test_cpu's order)")  # fmt: skip
     p.set_defaults(func=kselftest_cmd.cmd_kselftest)
 
     p = sub.add_parser("doctor", help="watch a live cgroup: unnecessary throttling, its causes, the fix, predicted")

@@ -3,6 +3,7 @@ patched kernel booted under QEMU TCG behaves as the series claims (A/B in the sa
 
 from __future__ import annotations
 
+import itertools
 import json
 import re
 import shutil
@@ -173,7 +174,13 @@ def _kselftest(kernel: str, out: Path, *args: str) -> Selftests:
     doc = json.loads(doc_path.read_text())
     assert doc["meta"]["splats"] == []
     assert doc["meta"]["cgroup_mode"] == (args[1] if args[:1] == ("--cgroup-mode",) else None)
+    chosen = [a for flag, a in itertools.pairwise(args) if flag == "--only"]
+    assert sorted(t["name"] for t in doc["tests"]) == sorted(chosen)  # those, and only those, ran
     return Selftests(doc)
+
+
+def only(*names: str) -> tuple[str, ...]:
+    return tuple(arg for name in names for arg in ("--only", name))
 
 
 def _usage(tests: Selftests, name: str) -> int:
@@ -190,15 +197,18 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
     # on 7.3.4 and passes under smp, where the patched kernel runs. (7.3.4 stays in its default:
     # under smp its kernel_time loss came out at 89.8 and 93.2 % of the quota, around the
     # test's 90 %, against 78.8 % in the default.)
-    base = _kselftest(baseline_key, tmp_path / "base")
-    smp = ("--cgroup-mode", "smp")
-    patched = _kselftest(patched_key, tmp_path / "patched", *smp)
     names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite", "test_cpucg_max_kernel_time")
     bound = ("test_cpucg_max_overdelivery",)  # the slush fund's bound: holds patched (and on 7.3.4)
     lags = ("test_cpucg_latency_awareness_files", "test_cpucg_load_credit", "test_cpucg_latency_awareness_fair_share",
             "test_cpucg_latency_awareness_fair_share_bursty")  # fmt: skip
+    nested = "test_cpucg_nested_weight_overprovisioned"
+    # Only the tests asserted below run (--only): the weight tests not asserted hog the CPUs for
+    # 10 s each, and upstream's max and max_nested fail under TCG on both kernels (docs/testing.md)
+    base = _kselftest(baseline_key, tmp_path / "base", *only(*names, *lags))
+    smp = ("--cgroup-mode", "smp", *only("test_cpucg_subtree_control", nested, *names, *bound, *lags))
+    patched = _kselftest(patched_key, tmp_path / "patched", *smp)
     for boot in range(2):
-        if all(patched[n] == "pass" for n in (*names, *lags, *bound, "test_cpucg_nested_weight_overprovisioned")):
+        if all(patched[n] == "pass" for n in (*names, *lags, *bound, nested)):
             break
         # Under QEMU TCG a vCPU can stall for milliseconds (the guest logs "clocksource:
         # Watchdog remote CPU 1 read timed out"): once in about six CI runs that throttled the
@@ -218,7 +228,6 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
         assert base[name] == "skip", base.why(name)
         assert patched[name] == "pass", patched.why(name)
     assert patched["test_cpucg_subtree_control"] == "pass"
-    nested = "test_cpucg_nested_weight_overprovisioned"
     # Asserted under the series in smp only. 7.3.4 in its default mode failed it in every boot on
     # the lab's machine (the top leaf at 0.33 of the CPU against 0.5 +- 15 %: docs/series.md) but
     # passed once in CI (2026-11-25, run of 1f172fe): concur's split follows PELT's runnable

@@ -32,12 +32,13 @@ def cmd_kselftest(args: argparse.Namespace) -> int:
     else:
         with step("test_cpu from the source with the series applied"):
             test_cpu = kselftest.series_test_cpu(common.kernel_source_of(args, fetch=False))
+    only = kselftest.only_arguments(test_cpu, args.only or [])
     out = Path(args.out) if args.out else common.default_out("kselftest")
     label = target.label
     where = (f"{args.vcpus} vCPUs, kernel {target.image.key}" if isinstance(target, QemuTarget)
              else target.remote.url)  # fmt: skip
     with console.status(f"test_cpu on {label} ({where})"):
-        path, tests = target.run_kselftest(test_cpu, out, cgroup_mode=args.cgroup_mode)
+        path, tests = target.run_kselftest(test_cpu, out, cgroup_mode=args.cgroup_mode, only=only)
     table = Table(title=f"test_cpu on {label}")
     table.add_column("test")
     table.add_column("result")

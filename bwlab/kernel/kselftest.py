@@ -20,9 +20,11 @@ from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel.build import Series
 from bwlab.kernel.source import KernelSource
-from bwlab.paths import DEFAULT_SERIES, cache_root
+from bwlab.paths import DEFAULT_SERIES, TEST_CPU_ONLY, cache_root
 
 SELFTEST_DIR = "tools/testing/selftests/cgroup"
+NAMES_FILE = "tests"  # beside a built test_cpu: its tests' names, one a line
+_TABLE_ENTRY = re.compile(r"^\s*T\((test_\w+)\),", re.MULTILINE)  # test_cpu.c's tests[] entries
 TAP_LINE = re.compile(r"^(ok|not ok) (\d+) (?:- )?(# SKIP )?(\S+)(.*)$", re.IGNORECASE)
 
 
@@ -52,26 +54,47 @@ def series_test_cpu(source: KernelSource) -> Path:
 
 
 def build_test_cpu(tree: Path) -> Path:
-    """Compile test_cpu statically from `tree`; cached by the sources' contents."""
+    """Compile test_cpu statically from `tree`, through TEST_CPU_ONLY (test_cpu that runs the
+    tests its arguments name); cached by the sources' contents, with the names of its tests
+    beside it (test_names)."""
     sel = tree / SELFTEST_DIR
     sources = [sel / "test_cpu.c", sel / "lib" / "cgroup_util.c"]
     for src in sources:
         if not src.is_file():
             raise BwlabError(f"{src}: no such file (is {tree} a kernel tree with selftests?)")
-    digest = hashlib.sha256(b"".join(p.read_bytes() for p in sources)).hexdigest()[:12]
+    digest = hashlib.sha256(b"".join(p.read_bytes() for p in [TEST_CPU_ONLY, *sources])).hexdigest()[:12]
     out = cache_root() / "kselftest" / digest / "test_cpu"
-    if out.is_file():
+    if out.is_file() and (out.parent / NAMES_FILE).is_file():
         return out
     if shutil.which("cc") is None:
         raise BwlabError("building test_cpu needs a C compiler (apt-get install build-essential)")
     out.parent.mkdir(parents=True, exist_ok=True)
-    cmd = ["cc", "-static", "-O2", "-Wall", "-pthread", f"-I{sel / 'lib' / 'include'}",
-           f"-I{tree / 'tools/testing/selftests'}", "-o", str(out), *map(str, sources)]  # fmt: skip
+    # -Wall as the selftests' Makefile builds test_cpu: its code is the kernel's, not ours
+    cmd = ["cc", "-static", "-O2", "-Wall", "-pthread", f"-I{sel}", f"-I{sel / 'lib' / 'include'}",
+           f"-I{tree / 'tools/testing/selftests'}", "-o", str(out), str(TEST_CPU_ONLY), str(sources[1])]  # fmt: skip
     proc = subprocess.run(cmd, capture_output=True, text=True, check=False)
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or ["no output"])[0]
         raise BwlabError(f"building test_cpu failed: {first}")
+    names = _TABLE_ENTRY.findall(sources[0].read_text())
+    if not names:
+        raise BwlabError(f"{sources[0]}: no tests[] table of T(test_...) entries")
+    (out.parent / NAMES_FILE).write_text("".join(f"{n}\n" for n in names))
     return out
+
+
+def names_of(test_cpu: Path) -> list[str]:
+    """The tests a build_test_cpu binary has, in the order it runs them."""
+    return (test_cpu.parent / NAMES_FILE).read_text().split()
+
+
+def only_arguments(test_cpu: Path, only: list[str]) -> list[str]:
+    """test_cpu's arguments for `only` (every test when empty): each name one it has."""
+    names = names_of(test_cpu)
+    unknown = [n for n in only if n not in names]
+    if unknown:
+        raise BwlabError(f"--only {unknown[0]}: test_cpu has no such test (it has {', '.join(names)})")
+    return list(dict.fromkeys(only))
 
 
 # 7.3's /sys/kernel/debug/sched/cgroup_mode: how a group's weight is split over CPUs ("concur",
