@@ -203,7 +203,7 @@ def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp
     """The below-quota scenario in a 7.3.4 guest (cgroup v2, cgsample in its busybox): the
     per-period detector calls the throttled periods at demand == quota below quota (>= 95 %)
     and those at twice the quota over-use (>= 95 %), from v2's usage_usec and throttled_usec."""
-    proc = bwlab("run", "below-quota", "--target", "guest", "--kernel", kernel_key, "--reps", "2", "--out",
+    proc = bwlab("run", "below-quota", "--target", "guest", "--kernel", kernel_key, "--reps", "1", "--out",
                  str(tmp_path), timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "below-quota-guest-baseline.json").read_text())

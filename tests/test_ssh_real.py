@@ -199,7 +199,7 @@ def test_table2_over_ssh_matches_the_host(sshd: Sshd, tmp_path: Path) -> None:
 def test_cglat_over_ssh_has_the_host_shape(sshd: Sshd, tmp_path: Path) -> None:
     """cglat's cases (a cpuset one among them) over ssh: every case and metric the host has."""
     before = _run_dirs()
-    host_doc, ssh_doc = host_and_ssh(sshd, "cglat", "cglat", tmp_path, "--reps", "2", "--duration", "2")
+    host_doc, ssh_doc = host_and_ssh(sshd, "cglat", "cglat", tmp_path, "--reps", "1", "--duration", "1")
     assert _shape(ssh_doc) == _shape(host_doc)
     for case in ssh_doc["cases"]:
         for rep in case["reps"]:
@@ -213,7 +213,7 @@ def test_the_trace_side_over_ssh_knows_known_demand(sshd: Sshd, tmp_path: Path) 
     calls demand == quota below quota and twice the quota over-use, and the detector agrees, as
     on the host; tracefs there is left as it was found, no instance of ours."""
     before_dirs, before = _run_dirs(), tracefs_state()
-    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--reps", "2", "--out", str(tmp_path), *ssh_args(sshd),
+    proc = bwlab("run", str(traced_below_quota(tmp_path)), "--reps", "1", "--out", str(tmp_path), *ssh_args(sshd),
                  timeout=600)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     assert tracefs_state() == before
