@@ -284,9 +284,11 @@ def test_the_detector_against_traced_bursts(tmp_path: Path) -> None:
     with the truth (assert_pooled_agreement): over-use called below at most max(4, 5 %), wrong
     below calls at most max(6, 10 %), half the truly below-quota periods found where there are
     ten. Per repetition those bounds failed 4 runs in 20: the disagreements are a handful a
-    run, most of them periods whose traced demand lies within 3 % of the line (docs/testing.md)."""
+    run, most of them periods whose traced demand lies within 3 % of the line (docs/testing.md).
+    10 s windows: 20 runs there had 0-2 wrong calls pooled per case and found >= 0.63 where the
+    check applied (10 ms; at 100 ms 1-9 truly below, under the check's 10)."""
     groups_before = set(bwlab_dirs())
-    proc = bwlab("run", "below-quota-bursts", "--target", "host", "--reps", "2", "--duration", "15", "--out",
+    proc = bwlab("run", "below-quota-bursts", "--target", "host", "--reps", "2", "--duration", "10", "--out",
                  str(tmp_path), timeout=900)  # fmt: skip
     assert proc.returncode == 0, proc.stderr
     doc = json.loads((tmp_path / "below-quota-bursts-host.json").read_text())
