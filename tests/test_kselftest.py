@@ -165,3 +165,6 @@ def test_build_test_cpu_errors(tmp_path: Path, empty_cache: Path) -> None:
     tree = fake_selftest_tree(tmp_path / "linux", body="this is not C")
     with pytest.raises(BwlabError, match="building test_cpu failed"):
         kselftest.build_test_cpu(tree)
+    (tree / kselftest.SELFTEST_DIR / "test_cpu.c").write_text("int main(void) { return 0; }\n")
+    with pytest.raises(BwlabError, match=r"test_cpu\.c: no tests\[\] table of T\(test_\.\.\.\) entries$"):
+        kselftest.build_test_cpu(tree)

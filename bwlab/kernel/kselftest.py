@@ -56,12 +56,15 @@ def series_test_cpu(source: KernelSource) -> Path:
 def build_test_cpu(tree: Path) -> Path:
     """Compile test_cpu statically from `tree`, through TEST_CPU_ONLY (test_cpu that runs the
     tests its arguments name); cached by the sources' contents, with the names of its tests
-    beside it (test_names)."""
+    beside it (names_of)."""
     sel = tree / SELFTEST_DIR
     sources = [sel / "test_cpu.c", sel / "lib" / "cgroup_util.c"]
     for src in sources:
         if not src.is_file():
             raise BwlabError(f"{src}: no such file (is {tree} a kernel tree with selftests?)")
+    names = _TABLE_ENTRY.findall(sources[0].read_text())
+    if not names:
+        raise BwlabError(f"{sources[0]}: no tests[] table of T(test_...) entries")
     digest = hashlib.sha256(b"".join(p.read_bytes() for p in [TEST_CPU_ONLY, *sources])).hexdigest()[:12]
     out = cache_root() / "kselftest" / digest / "test_cpu"
     if out.is_file() and (out.parent / NAMES_FILE).is_file():
@@ -76,9 +79,6 @@ def build_test_cpu(tree: Path) -> Path:
     if proc.returncode != 0:
         first = (proc.stderr.strip().splitlines() or ["no output"])[0]
         raise BwlabError(f"building test_cpu failed: {first}")
-    names = _TABLE_ENTRY.findall(sources[0].read_text())
-    if not names:
-        raise BwlabError(f"{sources[0]}: no tests[] table of T(test_...) entries")
     (out.parent / NAMES_FILE).write_text("".join(f"{n}\n" for n in names))
     return out
 
