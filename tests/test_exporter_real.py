@@ -302,6 +302,7 @@ def test_groups_come_and_go_during_scrapes() -> None:
             # removed: the watcher drops it at its next read (each 0.5 s)
             time.sleep(0.6)
             assert f'id="/{name}"' not in get(url)
+    print(f"groups come and go: {seen} of 10 seen while they existed")
     assert seen >= 9, f"only {seen} of 10 throttling groups were watched while they existed"
 
 

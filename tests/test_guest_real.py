@@ -58,6 +58,9 @@ def test_guest_throttles_at_10ms_with_clean_console(kernel_key: str, tmp_path: P
     assert doc["status"] == "ok" and meta["splats"] == []
     assert meta["kernel_release"].startswith("7.3.4") and meta["guest_ncpu"] == 2 and meta["hz"] == 250
     metrics = doc["cases"][0]["reps"][0]["metrics"]
+    noise = [(n["metrics"]["uncharged_pct"], n["metrics"]["timer_late_p50_us"]) for n in meta["noise"]]
+    print(f"guest 10 ms: throttled {metrics['throttled_pct']:.1f} % of {metrics['nr_periods']} periods; "
+          f"noise (uncharged %, timer late p50 us) {noise}")  # fmt: skip
     assert metrics["nr_periods"] > 200
     assert metrics["throttled_pct"] > 20  # reference: ~48-51 % on 7.3.4 at a 10 ms period
     # the noise probe ran in this boot: TCG, nothing else running, timers seen
@@ -211,6 +214,8 @@ def test_the_detector_knows_below_quota_from_over_use_on_v2(kernel_key: str, tmp
     cases = {c["case"]: [r["metrics"] for r in c["reps"]] for c in doc["cases"]}
     for case, want_below in (("demand-eq-quota", True), ("twice-quota", False)):
         for m in cases[case]:
+            print(f"guest detector {case}: " + ", ".join(f"{k} {m[k]}" for k in (
+                "nr_periods", "sampled_periods", "nr_throttled", "below_quota_share")))  # fmt: skip
             assert m["sampled_periods"] >= 0.9 * m["nr_periods"] - 5, m
             # enough throttled periods for the shares to mean something: 47-49 % at demand ==
             # quota in this machine's guests (2026-11-25), with the group on a CPU of its own;

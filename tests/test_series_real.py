@@ -133,6 +133,7 @@ def test_policies_switch_the_fixes(patched_key: str, tmp_path: Path) -> None:
     assert not any(off["meta"]["sched_features"].values())
     on_pct = on["cases"][0]["reps"][0]["metrics"]["throttled_pct"]
     off_pct = off["cases"][0]["reps"][0]["metrics"]["throttled_pct"]
+    print(f"policies: throttled {off_pct:.1f} % off (mainline), {on_pct:.1f} % on (all)")
     assert off_pct > 20  # mainline behaviour: ~50 %
     assert on_pct < 5 and on_pct < off_pct / 5  # the series: ~0-1 %
 
