@@ -18,6 +18,7 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -550,13 +551,13 @@ class QemuTarget:
                             out_dir / "boot", self._features(), accel)  # fmt: skip
 
     def run_kselftest(self, test_cpu: Path, out_dir: Path, timeout_s: float = 900.0, cgroup_mode: str | None = None,
-                      only: list[str] | None = None) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
+                      only: Sequence[str] = ()) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
         """Boot, run test_cpu (with that sched/cgroup_mode; `only` those tests, checked by
         kselftest.only_arguments), write kselftest-LABEL.json; return it and the test results."""
         label = guest_label(self.image.variant_name, None, self.image.hz)
         accel = choose_accel(self.accel, self.image)
         run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                   plan_text=kselftest.plan(only or [], cgroup_mode=cgroup_mode), extra={"test_cpu": test_cpu},
+                   plan_text=kselftest.plan(list(only), cgroup_mode=cgroup_mode), extra={"test_cpu": test_cpu},
                    accel=accel.name)  # fmt: skip
         meta = results.base_meta("guest", label)
         meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),
@@ -564,7 +565,7 @@ class QemuTarget:
                      "accel_reason": accel.reason, "patches": list(self.image.patches),
                      "console_log": str(run.console), "splats": run.splats[:20],
                      "elapsed_s": round(run.elapsed_s, 1), "qemu_timer_thread": run.timer_thread,
-                     "cgroup_mode": cgroup_mode, "only": only or []})  # fmt: skip
+                     "cgroup_mode": cgroup_mode, "only": list(only)})  # fmt: skip
         path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, run.output.records.get((0, 0)))
         why = kselftest.setup_failure(stdout)
         if why is not None:

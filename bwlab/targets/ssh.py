@@ -29,7 +29,7 @@ import tarfile
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -433,18 +433,18 @@ class SshTarget:
         return path
 
     def run_kselftest(self, test_cpu: Path, out_dir: Path, timeout_s: float = 900.0, cgroup_mode: str | None = None,
-                      only: list[str] | None = None) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
+                      only: Sequence[str] = ()) -> tuple[Path, list[kselftest.TestResult]]:  # fmt: skip
         """test_cpu there (with that sched/cgroup_mode; `only` those tests, checked by
         kselftest.only_arguments): write kselftest-LABEL.json; return it and the test results."""
         machine = self._probe()
-        text = kselftest.plan(only or [], bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir,
+        text = kselftest.plan(list(only), bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir,
                               cgroup_mode=cgroup_mode)  # fmt: skip
         log = out_dir / "logs" / f"kselftest-{self.label}.results.log"
         run = self._session(machine, [], text, {"test_cpu": test_cpu}, log, timeout_s, lambda _: None)
         meta = results.base_meta("ssh", self.label)
         meta.update({"remote": self.remote.url, "kernel_release": machine.facts.get("release"),
                      "vcpus": machine.ncpu, "cgroup": machine.layout.describe(),
-                     "elapsed_s": round(run.elapsed_s, 1), "cgroup_mode": cgroup_mode, "only": only or []})  # fmt: skip
+                     "elapsed_s": round(run.elapsed_s, 1), "cgroup_mode": cgroup_mode, "only": list(only)})  # fmt: skip
         record = plan.parse_records(run.text).records.get((0, 0))
         path, stdout, tests = base.write_kselftest(out_dir, meta, run.status, record)
         if run.status != "ok":
