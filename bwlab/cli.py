@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import importlib
 import os
 import re
 import signal
@@ -13,21 +14,11 @@ from types import FrameType
 from typing import NoReturn
 
 from bwlab import cgroup
-from bwlab.commands import bundle as bundle_cmd
-from bwlab.commands import exporter as exporter_cmd
-from bwlab.commands import kernel as kernel_cmd
-from bwlab.commands import kselftest as kselftest_cmd
-from bwlab.commands import live as live_cmd
-from bwlab.commands import reproduce
-from bwlab.commands import results as results_cmd
-from bwlab.commands import run as run_cmd
-from bwlab.commands import sim as sim_cmd
+from bwlab.choices import ACCELS, CGROUP_MODES, TICK_MODES
 from bwlab.errors import BwlabError
-from bwlab.kernel import kselftest, policies
+from bwlab.kernel import policies
 from bwlab.kernel import source as kernel_source
-from bwlab.paths import DEFAULT_SERIES, REPO_ROOT
-from bwlab.targets import sim
-from bwlab.targets.qemu import ACCELS
+from bwlab.paths import DEFAULT_SERIES, EXPORTER_TEXTFILE, REPO_ROOT
 
 DESCRIPTION = (
     "Linux CPU bandwidth control, measured: run scenarios on this host, in QEMU guests of built "
@@ -35,6 +26,18 @@ DESCRIPTION = (
     "exporter). README.md has the concepts; each verb has its own --help."
 )
 INVALID_CHOICE = re.compile(r"invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+class Command:
+    """A verb's function in its module of bwlab.commands, imported only when the verb runs:
+    parsing a command line imports none of them (each pulls in what its verb needs: rich,
+    prometheus_client, the targets), so `bwlab doctor` does not pay for `bwlab bundle`."""
+
+    def __init__(self, module: str, name: str) -> None:
+        self.module, self.name = module, name
+
+    def __call__(self, args: argparse.Namespace) -> int:
+        return int(getattr(importlib.import_module(f"bwlab.commands.{self.module}"), self.name)(args))
 
 
 class Parser(argparse.ArgumentParser):
@@ -64,7 +67,7 @@ def add_variant_args(p: argparse.ArgumentParser) -> None:
 def add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
     if hz:
         p.add_argument("--hz", type=int, default=250, help="CONFIG_HZ (default 250)")
-    p.add_argument("--tick", choices=sim.TICK_MODES, default="aligned",
+    p.add_argument("--tick", choices=TICK_MODES, default="aligned",
                    help="sim: phase of the CPUs' ticks (default aligned, the kernel's skew_tick=0)")  # fmt: skip
     p.add_argument("--jitter-us", type=int, default=0, help="sim: ticks and timers run up to this late (default 0)")
     p.add_argument("--timer-latency", metavar="RESULT",
@@ -91,10 +94,10 @@ def build_parser() -> argparse.ArgumentParser:
     ksub = kernel.add_subparsers(dest="kernel_command", required=True, parser_class=Parser)
     p = ksub.add_parser("fetch", help=f"download {kernel_source.PACKAGE} into the cache")
     p.add_argument("--force", action="store_true", help="download again even if cached")
-    p.set_defaults(func=kernel_cmd.cmd_fetch)
+    p.set_defaults(func=Command("kernel", "cmd_fetch"))
     p = ksub.add_parser("build", help="build a kernel variant (cached by source, series, config)")
     add_variant_args(p)
-    p.set_defaults(func=kernel_cmd.cmd_build)
+    p.set_defaults(func=Command("kernel", "cmd_build"))
     p = ksub.add_parser("git", help="a git tree of the source (reproducible base commit) with the series applied")
     p.add_argument("dest", help="directory to create")
     p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
@@ -104,7 +107,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="patch series file (default kernel/lab/series: the series, LAGS and the lab switches)",
     )
     p.add_argument("--baseline", action="store_true", help="no patches, only the base commit")
-    p.set_defaults(func=kernel_cmd.cmd_git)
+    p.set_defaults(func=Command("kernel", "cmd_git"))
     p = ksub.add_parser("export", help="the posted series as git format-patch output in your git identity, "
                         "with cover letter, base-commit, To/Cc from get_maintainer.pl, checkpatch")  # fmt: skip
     p.add_argument("dest", help="directory to write the patches to (new or empty)")
@@ -114,21 +117,21 @@ def build_parser() -> argparse.ArgumentParser:
                    help="result files whose `bwlab compare` table goes into the cover letter")  # fmt: skip
     p.add_argument("--metric", help="metric keys for --compare (default: the report's columns)")
     p.add_argument("--keep-tree", metavar="DIR", help="keep the git tree the patches were exported from here")
-    p.set_defaults(func=kernel_cmd.cmd_export)
-    ksub.add_parser("list", help="list built kernels").set_defaults(func=kernel_cmd.cmd_list)
+    p.set_defaults(func=Command("kernel", "cmd_export"))
+    ksub.add_parser("list", help="list built kernels").set_defaults(func=Command("kernel", "cmd_list"))
     p = ksub.add_parser("clean", help="remove build trees (--all: images too)")
     p.add_argument("--all", action="store_true")
-    p.set_defaults(func=kernel_cmd.cmd_clean)
+    p.set_defaults(func=Command("kernel", "cmd_clean"))
 
-    sub.add_parser("scenarios", help="list built-in scenarios").set_defaults(func=run_cmd.cmd_scenarios)
+    sub.add_parser("scenarios", help="list built-in scenarios").set_defaults(func=Command("run", "cmd_scenarios"))
     sub.add_parser("workloads", help="list workload kinds and their parameters").set_defaults(
-        func=run_cmd.cmd_workloads
+        func=Command("run", "cmd_workloads")
     )
     p = sub.add_parser("check", help="check scenario files and show their cases")
     p.add_argument("files", nargs="+")
     p.add_argument("--ncpu", type=int, default=2, help="CPU count to resolve 'ncpu' with")
     p.add_argument("--hz", type=int, default=250, help="kernel HZ to resolve burst_ticks with")
-    p.set_defaults(func=run_cmd.cmd_check)
+    p.set_defaults(func=Command("run", "cmd_check"))
 
     p = sub.add_parser("validate", help="simulate table2, slice and rewrite-storm and compare with lab results")
     p.add_argument("--results", default="results", metavar="DIR", help="lab result files (default results/)")
@@ -138,7 +141,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="ignore timerlat results: ticks and timers exactly on time")  # fmt: skip
     p.add_argument("--no-noise", action="store_true",
                    help="ignore noise results: the groups have the CPUs to themselves")  # fmt: skip
-    p.set_defaults(func=sim_cmd.cmd_validate)
+    p.set_defaults(func=Command("sim", "cmd_validate"))
 
     simp = sub.add_parser("sim", help="the simulator: explain a window, sweep parameters")
     ssub = simp.add_subparsers(dest="sim_command", required=True, parser_class=Parser)
@@ -155,7 +158,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--policy", choices=policies.names(), default="mainline")
             p.add_argument("--from-ms", type=float, default=0.0)
             p.add_argument("--to-ms", type=float, default=100.0)
-            p.set_defaults(func=sim_cmd.cmd_explain)
+            p.set_defaults(func=Command("sim", "cmd_explain"))
         else:
             p.add_argument("--policy", choices=policies.names(), default="mainline")
             p.add_argument("--period-us", help="comma-separated values")
@@ -166,7 +169,7 @@ def build_parser() -> argparse.ArgumentParser:
             p.add_argument("--policies", dest="policy_list", help="comma-separated policies")
             p.add_argument("--reps", type=int, default=10, help="seeds per point (default 10)")
             p.add_argument("--jobs", type=int, help="parallel simulations (default: all cores)")
-            p.set_defaults(func=sim_cmd.cmd_sweep, hz=250)
+            p.set_defaults(func=Command("sim", "cmd_sweep"), hz=250)
 
     p = sub.add_parser("run", help="run one scenario on the host, in a guest or in the simulator")
     p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
@@ -198,7 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
         choices=policies.names(),
         help="patched guest: which of the series' sched_feat switches are on (default: all)",
     )
-    p.set_defaults(func=run_cmd.cmd_run)
+    p.set_defaults(func=Command("run", "cmd_run"))
 
     p = sub.add_parser("bundle", help="scenarios as a self-contained directory for a machine without bwlab")
     p.add_argument("scenarios", nargs="+", metavar="SCENARIO", help="built-in scenario names or .toml files")
@@ -217,12 +220,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--vcpus", type=int, action="append", metavar="N",
                    help="a guest vCPU count to prepare (repeatable; default: the --ncpu values); "
                    "run.sh uses the machine's CPU count or BWLAB_VCPUS")  # fmt: skip
-    p.set_defaults(func=bundle_cmd.cmd_bundle)
+    p.set_defaults(func=Command("bundle", "cmd_bundle"))
 
     p = sub.add_parser("ingest", help="results from the output of a bundle's run.sh")
     p.add_argument("dir", metavar="OUT", help="the directory run.sh wrote")
     p.add_argument("--out", metavar="DIR", help="where the results go (default: OUT/results)")
-    p.set_defaults(func=bundle_cmd.cmd_ingest)
+    p.set_defaults(func=Command("bundle", "cmd_ingest"))
 
     p = sub.add_parser("kselftest", help="run the kernel's cgroup test_cpu (with the series' tests) in a guest")
     p.add_argument("--kernel", metavar="KEY", help="a built kernel by key (bwlab kernel list)")
@@ -236,12 +239,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--target", type=target_arg, default="guest", metavar="{guest,ssh://[user@]host[:port]}",
                    help="a guest of the built kernel (default), or a machine as root over ssh")  # fmt: skip
     p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
-    p.add_argument("--cgroup-mode", choices=kselftest.CGROUP_MODES, metavar="MODE",
+    p.add_argument("--cgroup-mode", choices=CGROUP_MODES, metavar="MODE",
                    help="run test_cpu with this /sys/kernel/debug/sched/cgroup_mode (7.3: concur by default; "
                    "smp is the weight split test_cpu was written for)")  # fmt: skip
     p.add_argument("--only", action="append", metavar="TEST",
                    help="run this test_cpu test (repeatable; default: all of them, in test_cpu's order)")  # fmt: skip
-    p.set_defaults(func=kselftest_cmd.cmd_kselftest)
+    p.set_defaults(func=Command("kselftest", "cmd_kselftest"))
 
     p = sub.add_parser("doctor", help="watch a live cgroup: unnecessary throttling, its causes, the fix, predicted")
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER", help="a cgroup path, a PID, or a container/pod ID prefix")
@@ -259,11 +262,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "'trace' with paced = true replays it)")  # fmt: skip
     p.add_argument("--ebpf", action="store_true",
                    help="trace with bpftrace (root): exact period boundaries, demand, timer lateness")  # fmt: skip
-    p.set_defaults(func=live_cmd.cmd_doctor)
+    p.set_defaults(func=Command("live", "cmd_doctor"))
 
     p = sub.add_parser("exporter", help="Prometheus metrics of below-quota throttling for every limited cgroup")
     p.add_argument("--listen", metavar="ADDR:PORT", help="serve /metrics here (e.g. 127.0.0.1:9860, :9860)")
-    p.add_argument("--textfile", metavar="DIR", help=f"write DIR/{exporter_cmd.TEXTFILE} for node_exporter, atomically")
+    p.add_argument("--textfile", metavar="DIR", help=f"write DIR/{EXPORTER_TEXTFILE} for node_exporter, atomically")
     p.add_argument("--interval", type=float, default=5.0,
                    help="seconds between reads of every group's counters, and textfile writes (default 5)")  # fmt: skip
     p.add_argument("--max-hot", type=int, default=16,
@@ -274,13 +277,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--duration", type=float, help="stop after this many seconds (default: until SIGTERM)")
     p.add_argument("--cgroup-root", metavar="DIR",
                    help="where cgroup filesystems are mounted (default /sys/fs/cgroup)")  # fmt: skip
-    p.set_defaults(func=exporter_cmd.cmd_exporter)
+    p.set_defaults(func=Command("exporter", "cmd_exporter"))
 
     p = sub.add_parser("top", help="CPU-limited cgroups, live: the most likely unnecessary throttling first")
     p.add_argument("--interval", type=float, default=2.0, help="seconds per refresh (default 2)")
     p.add_argument("--iterations", type=int, help="stop after N refreshes (default: until Ctrl-C)")
     p.add_argument("--limit", type=int, default=40, help="rows shown (default 40)")
-    p.set_defaults(func=live_cmd.cmd_top)
+    p.set_defaults(func=Command("live", "cmd_top"))
 
     p = sub.add_parser("tune", help="set a live cgroup's CPU burst, verified (the only command that writes)")
     p.add_argument("target", metavar="CGROUP|PID|CONTAINER")
@@ -291,11 +294,11 @@ def build_parser() -> argparse.ArgumentParser:
                         "keep the burst on every matching limited group, new ones included")  # fmt: skip
     p.add_argument("--interval", type=float, default=10.0, help="--watch: seconds between rounds (default 10)")
     p.add_argument("--iterations", type=int, help="--watch: stop after N rounds (default: until Ctrl-C)")
-    p.set_defaults(func=live_cmd.cmd_tune)
+    p.set_defaults(func=Command("live", "cmd_tune"))
 
     p = sub.add_parser("report", help="write report.md and plots for a results directory")
     p.add_argument("dir")
-    p.set_defaults(func=results_cmd.cmd_report)
+    p.set_defaults(func=Command("results", "cmd_report"))
 
     p = sub.add_parser("compare", help="each result against the first: ratios with 95 %% intervals, significance")
     p.add_argument(
@@ -304,7 +307,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--metric", help="comma-separated metric keys (default: the report's columns both have)")
     p.add_argument("--significant-only", action="store_true", help="show only significant differences")
     p.add_argument("--json", metavar="FILE", help="write the comparisons as JSON lines (- for stdout)")
-    p.set_defaults(func=results_cmd.cmd_compare)
+    p.set_defaults(func=Command("results", "cmd_compare"))
 
     p = sub.add_parser(
         "reproduce",
@@ -322,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the whole evaluation: six kernels, every policy, HZ=1000, kselftest, overhead, stress "
                         "(about 2 h 45 min); without it every scenario family once and short")  # fmt: skip
     p.add_argument("--quick", action="store_true", help=argparse.SUPPRESS)  # the default; kept for old scripts
-    p.set_defaults(func=reproduce.cmd_reproduce)
+    p.set_defaults(func=Command("reproduce", "cmd_reproduce"))
     return parser
 
 

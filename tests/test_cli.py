@@ -113,3 +113,29 @@ def test_a_mistyped_verb_or_choice_says_what_was_meant() -> None:
 def test_the_top_level_help_is_for_users() -> None:
     proc = bwlab("--help")
     assert proc.returncode == 0 and "Parsing only" not in proc.stdout and "doctor" in proc.stdout
+
+
+def test_every_verb_names_a_command_function_and_parsing_imports_none() -> None:
+    """Each verb's Command names a function of its bwlab.commands module (a misspelling would
+    surface only when the verb runs), and building the parser imports no command module."""
+    import argparse
+    import importlib
+    import subprocess
+    import sys
+
+    from bwlab import cli
+
+    def leaves(parser: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+        subs = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+        if not subs:
+            return [parser]
+        return [leaf for sub in subs for child in sub.choices.values() for leaf in leaves(child)]
+
+    commands = [p.get_default("func") for p in leaves(cli.build_parser())]
+    assert len(commands) >= 20 and all(isinstance(c, cli.Command) for c in commands), commands
+    for c in commands:
+        assert callable(getattr(importlib.import_module(f"bwlab.commands.{c.module}"), c.name)), (c.module, c.name)
+    code = ("import sys; from bwlab import cli; cli.build_parser(); "
+            "print(sorted(m for m in sys.modules if m.startswith('bwlab.commands.')))")  # fmt: skip
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

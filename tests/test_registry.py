@@ -144,7 +144,19 @@ def test_builtin_scenarios_use_registered_kinds() -> None:
 
 # The layers, lowest first: a module may import its own layer's and lower layers' modules.
 LAYERS = [
-    {"errors", "paths", "progress", "stats", "results", "cpustat", "cgroup", "periods", "schedtrace", "threads"},
+    {
+        "errors",
+        "paths",
+        "choices",
+        "progress",
+        "stats",
+        "results",
+        "cpustat",
+        "cgroup",
+        "periods",
+        "schedtrace",
+        "threads",
+    },
     {"workloads", "kernel"},
     {"scenario"},
     {"targets"},

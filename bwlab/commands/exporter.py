@@ -17,8 +17,7 @@ from prometheus_client import CollectorRegistry, ProcessCollector, start_http_se
 
 from bwlab.errors import BwlabError
 from bwlab.live import diagnose, exporter, groups
-
-TEXTFILE = "bwlab.prom"
+from bwlab.paths import EXPORTER_TEXTFILE
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -52,7 +51,7 @@ def cmd_exporter(args: argparse.Namespace) -> int:
             raise BwlabError(f"--textfile {args.textfile}: not a directory")
         if not os.access(directory, os.W_OK):
             raise BwlabError(f"--textfile {args.textfile}: not writable")
-        textfile = directory / TEXTFILE
+        textfile = directory / EXPORTER_TEXTFILE
     listen = parse_listen(args.listen) if args.listen is not None else None
     root = Path(args.cgroup_root) if args.cgroup_root else None
     if root is not None and not root.is_dir():

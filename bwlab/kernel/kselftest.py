@@ -16,6 +16,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from bwlab.choices import CGROUP_MODES
 from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel.build import Series
@@ -100,7 +101,6 @@ def only_arguments(test_cpu: Path, only: list[str]) -> list[str]:
 # 7.3's /sys/kernel/debug/sched/cgroup_mode: how a group's weight is split over CPUs ("concur",
 # the default, scales it by min(runnable tasks, CPUs); "smp" is the classic split of tg->shares).
 CGROUP_MODE_FILE = "/sys/kernel/debug/sched/cgroup_mode"
-CGROUP_MODES = ("up", "smp", "concur", "max", "tasks")
 SETUP_FAILED = "bwlab: "  # how the plan's own failure starts the output
 
 

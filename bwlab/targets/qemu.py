@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from bwlab import results, workloads
+from bwlab.choices import ACCELS
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest, policies
 from bwlab.kernel.build import KernelImage
@@ -210,9 +211,6 @@ def timer_priority_plan() -> tuple[bool, str]:
         probe.kill()
         probe.wait()
     return done.startswith("SCHED_FIFO"), done
-
-
-ACCELS = ("auto", "kvm", "tcg")
 
 
 def boot_events(specs: list[RunSpec]) -> bool:

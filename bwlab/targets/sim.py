@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bwlab import cpustat, results
+from bwlab.choices import TICK_MODES
 from bwlab.errors import BwlabError
 from bwlab.kernel import policies
 from bwlab.kernel.build import SUPPORTED_HZ
@@ -27,7 +28,6 @@ from bwlab.targets import base
 from bwlab.workloads import noise
 from bwlab.workloads.base import WorkloadKind, latency_metrics
 
-TICK_MODES = ("aligned", "skew", "random")
 SLICE_SYSCTL = "kernel.sched_cfs_bandwidth_slice_us"
 
 
