@@ -48,10 +48,15 @@ class Group:
         return [d / "cgroup.procs" for d in (self.leaves or self.dirs)]
 
     def read_stat(self) -> str:
-        """cpu.stat as text, with v1's cpuacct usage appended as 'cpuacct_usage_ns N'."""
-        text = self.stat_file.read_text()
-        if self.usage_file is not None:
-            text += f"cpuacct_usage_ns {self.usage_file.read_text().strip()}\n"
+        """cpu.stat as text, with v1's cpuacct usage appended as 'cpuacct_usage_ns N'. A group
+        removed from under its run (by someone else: bwlab removes its own at the end) is a
+        BwlabError, not a traceback."""
+        try:
+            text = self.stat_file.read_text()
+            if self.usage_file is not None:
+                text += f"cpuacct_usage_ns {self.usage_file.read_text().strip()}\n"
+        except FileNotFoundError as exc:
+            raise BwlabError(f"cgroup {Path(exc.filename).parent} was removed while the run used it") from None
         return text
 
     def subtree(self) -> list[Path]:

@@ -152,3 +152,13 @@ def test_sysctls_restore(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Non
     assert f.read_text() == "5"
     with pytest.raises(BwlabError, match="does not exist"), cgroup.sysctls({"kernel.nope": "1"}):
         pass
+
+
+def test_a_group_removed_from_under_its_run_is_a_one_line_error(tmp_path: Path) -> None:
+    """The host target reads cpu.stat after the workload; a group someone else removed in
+    between (CI once: a second test run beside it cleaned up every bwlab group) is a
+    BwlabError naming it, not a FileNotFoundError's traceback."""
+    gone = tmp_path / "bwlab-gone"
+    grp = cgroup.Group("bwlab-gone", [gone], gone / "cpu.stat", None, gone / "cpu.max", "max 100000")
+    with pytest.raises(BwlabError, match=f"^cgroup {gone} was removed while the run used it$"):
+        grp.read_stat()
