@@ -356,9 +356,11 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         _one_line(bwlab("tune", rel(grp), "--burst", "-5", env=env), "--burst -5: a burst cannot be negative")
         _one_line(bwlab("tune", rel(grp), "--revert", env=env), "never changed")
         _one_line(bwlab("tune", rel(grp), env=env), "needs --burst")
-        # bwlab imported as root (the checkout need not be readable by others), then run as nobody
+        # bwlab imported as root (the checkout, and here the Python under /root, need not be readable
+        # by others), the verb's module too (cli imports it when the verb runs), then run as nobody
         drop = (
-            "import os, sys; from bwlab import cli; os.setgroups([]); os.setresgid(65534, 65534, 65534); "
+            "import os, sys; from bwlab import cli; import bwlab.commands.live; os.setgroups([]); "
+            "os.setresgid(65534, 65534, 65534); "
             "os.setresuid(65534, 65534, 65534); sys.exit(cli.main(sys.argv[1:]))"
         )
         with tempfile.TemporaryDirectory(dir="/tmp") as home:  # a home the user nobody can write
