@@ -267,13 +267,20 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         assert bwlab("tune", rel(grp), "--burst", str(burst), env=env).returncode == 0
         # measured as the prediction predicts it: the group unwatched, its counters over the same
         # 20 s of the same arrivals (doctor's watching lowered this group's throttled periods
-        # with the burst from 13.8 +- 0.6 % in 18 unwatched runs to 11.5 +- 1.0 % in 7: docs/live.md)
-        with started_in(grp, argv):
-            time.sleep(1)
-            tuned, _ = unwatched(grp, 20)
+        # with the burst from 13.8 +- 0.6 % in 18 unwatched runs to 11.5 +- 1.0 % in 7: docs/live.md).
+        # Tuned, the same 20 s twice, pooled: one 20 s window of ~200 periods at ~15 % varied with
+        # an sd of 1.1 points against the 3-point tolerance (20 runs, 2026-11-26: one failure in
+        # about 80); a longer window would hold arrivals the prediction never saw
+        deltas = []
+        for _ in range(2):
+            with started_in(grp, argv):
+                time.sleep(1)
+                deltas.append(unwatched(grp, 20))
+        tuned = 100 * sum(d["nr_throttled"] for _, d in deltas) / sum(d["nr_periods"] for _, d in deltas)
         print(f"bursty: as it is {as_is:.1f} % ({watched:.1f} % watched; predicted {predicted['as it is']:.1f} %), "
               f"burst {burst} us "
-              f"{tuned:.1f} % (predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
+              f"{tuned:.1f} % ({' and '.join(f'{t:.1f}' for t, _ in deltas)}; "
+              f"predicted {predicted[f'burst {burst} us']:.1f} %)")  # fmt: skip
         # the issue's tolerance: 20 % of the measured share, or 3 points below 15 % (host, 2026-11-24:
         # as it is 33.7 % measured, 35.5 predicted; tuned 13.0-14.5 measured unwatched, 13.4-14.1 predicted)
         assert abs(predicted["as it is"] - as_is) <= max(3.0, 0.2 * as_is), (as_is, predicted)
