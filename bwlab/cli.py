@@ -10,6 +10,7 @@ import os
 import re
 import signal
 import sys
+from collections.abc import Callable
 from types import FrameType
 from typing import NoReturn
 
@@ -36,8 +37,14 @@ class Command:
     def __init__(self, module: str, name: str) -> None:
         self.module, self.name = module, name
 
+    def resolve(self) -> Callable[[argparse.Namespace], int]:
+        """The function itself, its module imported now."""
+        func: Callable[[argparse.Namespace], int] = getattr(importlib.import_module(f"bwlab.commands.{self.module}"),
+                                                            self.name)  # fmt: skip
+        return func
+
     def __call__(self, args: argparse.Namespace) -> int:
-        return int(getattr(importlib.import_module(f"bwlab.commands.{self.module}"), self.name)(args))
+        return int(self.resolve()(args))
 
 
 class Parser(argparse.ArgumentParser):

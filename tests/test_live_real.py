@@ -268,9 +268,10 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         # measured as the prediction predicts it: the group unwatched, its counters over the same
         # 20 s of the same arrivals (doctor's watching lowered this group's throttled periods
         # with the burst from 13.8 +- 0.6 % in 18 unwatched runs to 11.5 +- 1.0 % in 7: docs/live.md).
-        # Tuned, the same 20 s twice, pooled: one 20 s window of ~200 periods at ~15 % varied with
-        # an sd of 1.1 points against the 3-point tolerance (20 runs, 2026-11-26: one failure in
-        # about 80); a longer window would hold arrivals the prediction never saw
+        # Tuned, the same 20 s twice, pooled: with one 20 s window (~200 periods at ~15 %) predicted
+        # minus measured had an sd of 1.20 points against the 3-point tolerance (20 runs, 2026-11-26:
+        # one failure in about 80), pooled 0.50 (20 runs, 2026-11-27; docs/testing.md); a longer
+        # window would hold arrivals the prediction never saw
         deltas = []
         for _ in range(2):
             with started_in(grp, argv):

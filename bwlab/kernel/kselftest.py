@@ -13,6 +13,7 @@ import re
 import shlex
 import shutil
 import subprocess
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -104,7 +105,7 @@ CGROUP_MODE_FILE = "/sys/kernel/debug/sched/cgroup_mode"
 SETUP_FAILED = "bwlab: "  # how the plan's own failure starts the output
 
 
-def plan(args: list[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp", cgroup_mode: str | None = None) -> str:
+def plan(args: Sequence[str], bin_dir: str = "/bin", tmp_dir: str = "/tmp", cgroup_mode: str | None = None) -> str:
     """Plan shell: run test_cpu from `bin_dir`, send its TAP output and exit code as records
     on fd 3 (see targets/plan.py). With `cgroup_mode`, test_cpu runs with that
     /sys/kernel/debug/sched/cgroup_mode and the old one is put back after; a kernel without

@@ -555,7 +555,7 @@ class QemuTarget:
         label = guest_label(self.image.variant_name, None, self.image.hz)
         accel = choose_accel(self.accel, self.image)
         run = boot(self.image, [], self.vcpus, out_dir / "logs", f"kselftest-{label}", timeout_s,
-                   plan_text=kselftest.plan(list(only), cgroup_mode=cgroup_mode), extra={"test_cpu": test_cpu},
+                   plan_text=kselftest.plan(only, cgroup_mode=cgroup_mode), extra={"test_cpu": test_cpu},
                    accel=accel.name)  # fmt: skip
         meta = results.base_meta("guest", label)
         meta.update({"kernel_key": self.image.key, "kernel_release": run.output.hello.get("release"),

@@ -437,7 +437,7 @@ class SshTarget:
         """test_cpu there (with that sched/cgroup_mode; `only` those tests, checked by
         kselftest.only_arguments): write kselftest-LABEL.json; return it and the test results."""
         machine = self._probe()
-        text = kselftest.plan(list(only), bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir,
+        text = kselftest.plan(only, bin_dir=f"{machine.dir}/bin", tmp_dir=machine.dir,
                               cgroup_mode=cgroup_mode)  # fmt: skip
         log = out_dir / "logs" / f"kselftest-{self.label}.results.log"
         run = self._session(machine, [], text, {"test_cpu": test_cpu}, log, timeout_s, lambda _: None)
