@@ -31,6 +31,9 @@ from bwlab.schedtrace import TRACEFS, Trace, period_timer_address
 
 ATTACH_TIMEOUT_S = 30.0
 STOP_TIMEOUT_S = 60.0  # for bpftrace to print its maps once stopped (1-2 s here)
+RESIGNAL_S = 0.5  # how often a stop is told again until bpftrace starts printing (Tracer.stop)
+# bpftrace says this on stdout once every probe is attached, right before its event loop
+ATTACHED = "__BPFTRACE_NOTIFY_PROBES_ATTACHED"
 # events kept per map (bpftrace's map size); the wakelat burst scenario makes ~1,000 a second
 MAX_EVENTS = 200_000  # bpftrace compiles before it attaches: a second or two here
 
@@ -159,18 +162,24 @@ class Tracer:
         program = Path(self._dir.name) / "doctor.bt"
         program.write_text(text)
         self._log = (Path(self._dir.name) / "log").open("w+")
-        env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX=str(MAX_EVENTS))
+        env = dict(os.environ, BPFTRACE_MAP_KEYS_MAX=str(MAX_EVENTS), **{ATTACHED: "1"})
         self._proc = subprocess.Popen(["bpftrace", "-o", str(self._out), str(program)], stdout=self._log,
                                       stderr=subprocess.STDOUT, start_new_session=True, env=env)  # fmt: skip
         self.start = 0.0
         self.initially: dict[int, bool] = {}
+        self.resent = 0  # how often stop() told bpftrace again (its stop was lost)
 
     def wait_attached(self) -> None:
+        """Returns once every probe is attached: the trace starts here. Not at "Attaching N
+        probes...", which bpftrace prints before it loads and attaches them (25-190 ms earlier
+        here, 2026-11-27): a trace started there missed the group's first periods, and a stop
+        in between was never seen (Tracer.stop)."""
         deadline = time.monotonic() + ATTACH_TIMEOUT_S
         while time.monotonic() < deadline:
             if self._proc.poll() is not None:
                 self._fail(f"bpftrace exited ({self._proc.returncode})")
-            if self._out.is_file() and "Attaching" in self._out.read_text(errors="replace"):
+            self._log.seek(0)
+            if ATTACHED in self._log.read():
                 self.initially = {tid: _thread_running(tid) for tid in self.tids}
                 self.start = time.monotonic()
                 return
@@ -184,22 +193,40 @@ class Tracer:
         raise BwlabError(f"{what}: {errors[0] if errors else 'no error message'}")
 
     def stop(self) -> Trace:
-        """The trace, once bpftrace has printed its maps (1-2 s here). One that has not finished
-        in STOP_TIMEOUT_S is an error, never a trace: what it printed by then is a part of the
-        maps, and read as a trace it said the group wanted nothing or only what it ran (twice in
-        about 40 runs of test_ebpf_real's 10 ms case, 2026-11-26; the cause is not known, so the
-        error says where bpftrace was)."""
+        """The trace, once bpftrace has printed its maps (1-2 s here).
+
+        bpftrace 0.17 (Debian 12) loses a stop that comes while its event loop is not inside
+        epoll_wait: the signal handler only sets a flag, and the loop reads the flag only when
+        epoll_wait fails with EINTR. epoll_wait that has timed out (every 100 ms) returns 0
+        even with the signal pending, so a signal in the time bpftrace takes to get a CPU back
+        after each timeout is lost and bpftrace loops on, printing nothing: 3 of 60 stops with
+        two busy threads beside it here (2026-11-27), as in CI (state S, in do_epoll_wait, only
+        "Attaching" printed). So the stop is told again every RESIGNAL_S until bpftrace starts
+        printing (0 of 100 lost). Again as SIGTERM: bpftrace handles it as SIGINT in its loop,
+        but once the loop is left SIGINT kills it, half-way through printing its maps.
+
+        One that has not finished in STOP_TIMEOUT_S is an error, never a trace: what it printed
+        by then is a part of the maps, and read as a trace it said the group wanted nothing or
+        only what it ran."""
         end = time.monotonic()
         if self._proc.poll() is None:
+            printed = self._out.stat().st_size if self._out.is_file() else 0
             self._proc.send_signal(signal.SIGINT)
-            try:
-                self._proc.wait(timeout=STOP_TIMEOUT_S)  # it prints the maps first
-            except subprocess.TimeoutExpired:
-                where = _where(self._proc.pid)
-                printed = self._out.stat().st_size if self._out.is_file() else 0
-                self.close()
-                raise BwlabError(f"--ebpf: bpftrace had not printed its trace {STOP_TIMEOUT_S:g} s after it was "
-                                 f"stopped ({where}; {printed} bytes printed): no trace") from None  # fmt: skip
+            deadline = end + STOP_TIMEOUT_S
+            while self._proc.poll() is None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    where = _where(self._proc.pid)
+                    printed = self._out.stat().st_size if self._out.is_file() else 0
+                    self.close()
+                    raise BwlabError(f"--ebpf: bpftrace had not printed its trace {STOP_TIMEOUT_S:g} s after it "
+                                     f"was stopped ({where}; {printed} bytes printed): no trace")  # fmt: skip
+                try:
+                    self._proc.wait(timeout=min(RESIGNAL_S, left))  # it prints the maps first
+                except subprocess.TimeoutExpired:
+                    if (self._out.stat().st_size if self._out.is_file() else 0) == printed:
+                        self._proc.send_signal(signal.SIGTERM)  # the stop was lost: nothing printed since
+                        self.resent += 1
         text = self._out.read_text(errors="replace") if self._out.is_file() else ""
         self.close()
         return parse(text, self.start, end, self.initially)
