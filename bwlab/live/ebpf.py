@@ -199,37 +199,41 @@ class Tracer:
         epoll_wait: the signal handler only sets a flag, and the loop reads the flag only when
         epoll_wait fails with EINTR. epoll_wait that has timed out (every 100 ms) returns 0
         even with the signal pending, so a signal in the time bpftrace takes to get a CPU back
-        after each timeout is lost and bpftrace loops on, printing nothing: 3 of 60 stops with
-        two busy threads beside it here (2026-11-27), as in CI (state S, in do_epoll_wait, only
-        "Attaching" printed). So the stop is told again every RESIGNAL_S until bpftrace starts
-        printing (0 of 100 lost). Again as SIGTERM: bpftrace handles it as SIGINT in its loop,
-        but once the loop is left SIGINT kills it, half-way through printing its maps.
+        after each timeout is lost and bpftrace loops on, printing nothing: 3 and 4 of 60 stops
+        beside three busy threads on two CPUs here (benchmarks/bpftrace_stop.py, 2026-11-27), as
+        in CI (state S, in do_epoll_wait, only "Attaching" printed). So the stop is told again
+        every RESIGNAL_S until bpftrace starts printing (0 of 100 lost, twice). Again as
+        SIGTERM: bpftrace handles it as SIGINT in its loop, but once the loop is left SIGINT
+        kills it, half-way through printing its maps.
 
         One that has not finished in STOP_TIMEOUT_S is an error, never a trace: what it printed
         by then is a part of the maps, and read as a trace it said the group wanted nothing or
         only what it ran."""
         end = time.monotonic()
         if self._proc.poll() is None:
-            printed = self._out.stat().st_size if self._out.is_file() else 0
+            printed = self._printed()
             self._proc.send_signal(signal.SIGINT)
             deadline = end + STOP_TIMEOUT_S
             while self._proc.poll() is None:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    where = _where(self._proc.pid)
-                    printed = self._out.stat().st_size if self._out.is_file() else 0
+                    where, printed = _where(self._proc.pid), self._printed()
                     self.close()
                     raise BwlabError(f"--ebpf: bpftrace had not printed its trace {STOP_TIMEOUT_S:g} s after it "
                                      f"was stopped ({where}; {printed} bytes printed): no trace")  # fmt: skip
                 try:
                     self._proc.wait(timeout=min(RESIGNAL_S, left))  # it prints the maps first
                 except subprocess.TimeoutExpired:
-                    if (self._out.stat().st_size if self._out.is_file() else 0) == printed:
+                    if self._printed() == printed:
                         self._proc.send_signal(signal.SIGTERM)  # the stop was lost: nothing printed since
                         self.resent += 1
         text = self._out.read_text(errors="replace") if self._out.is_file() else ""
         self.close()
         return parse(text, self.start, end, self.initially)
+
+    def _printed(self) -> int:
+        """Bytes bpftrace has written to its output so far."""
+        return self._out.stat().st_size if self._out.is_file() else 0
 
     def close(self) -> None:
         if self._proc.poll() is None:
