@@ -299,9 +299,12 @@ def test_a_guest_bundle_runs_in_a_root_of_busybox_alone(kernel_key: str, tmp_pat
     for g, r in zip(got.cases, ran.cases, strict=True):
         assert g.settings == r.settings
         assert sorted(g.reps[0].metrics) == sorted(r.reps[0].metrics), g.case
-    # the case ran for about its 2 s of 10 ms periods: a check that it ran, not a timing bound
-    # (this test runs beside others, in the parallel run: CI of 5b519d9 counted 148 there)
-    assert got.cases[1].reps[0].metrics["nr_periods"] >= 100
+    # the case ran under its quota: a check that it ran, not of how long. This test runs in the
+    # parallel run, where the other worker's load takes a TCG guest's count of 10 ms periods in
+    # 2 s from ~200 down (148 in the CI of 5b519d9); the guest's periods under load-free timing
+    # are test_guest_throttles_at_10ms_with_clean_console's (docs/testing.md, guest bundle)
+    print(f"guest bundle: {got.cases[1].reps[0].metrics['nr_periods']:.0f} periods in the 2 s case at 10 ms")
+    assert got.cases[1].reps[0].metrics["nr_periods"] > 0
 
 
 @pytest.mark.untimed
