@@ -10,7 +10,8 @@ PACKAGE_DIR = Path(__file__).resolve().parent
 SCENARIO_DIR = PACKAGE_DIR / "scenarios"
 KERNEL_DIR = REPO_ROOT / "kernel"
 # The series as posted (no switches), and what the lab builds by default: it, LAGS and the
-# lab-only patch that puts every fix behind a sched_feat switch (kernel/lab/series).
+# lab-only patches that put every fix behind a sched_feat switch and can make the period
+# timer late (kernel/lab/series).
 POSTED_SERIES = KERNEL_DIR / "patches" / "series"
 LAGS_SERIES = KERNEL_DIR / "lags" / "series"
 DEFAULT_SERIES = KERNEL_DIR / "lab" / "series"

@@ -174,7 +174,7 @@ def tool_or_skip(tool: str) -> str:
 # (by comm, 15 characters at most), bwlab groups in every hierarchy, tracefs mounted, the
 # clocksource (a demoted clocksource changes every later timing).
 WATCHED_COMMS = {"qemu-system-x86", "bpftrace", "sysbench", "hackbench", "spin", "cgsample", "cgwrite",
-                 "wakelat", "funcs", "noise", "picks", "cglat", "cgstress",
+                 "wakelat", "funcs", "noise", "picks", "cglat", "cgstress", "quotaflip",
                  "ld-linux-x86-64"}  # a bundle's QEMU, run through its own loader  # fmt: skip
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 

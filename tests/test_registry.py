@@ -96,6 +96,7 @@ OUTPUTS = {
             "timer_late_us": [2],
         }
     ),
+    "quotaflip": json.dumps({"flips": 40, "throttled_after": 3, "throttled_after_pct": 7.5}),
 }
 
 

@@ -67,16 +67,18 @@ def test_series_is_non_empty_and_documented() -> None:
 @pytest.mark.untimed
 def test_posted_series_has_no_switches_and_the_lab_patch_adds_every_one() -> None:
     """The posted patches (and LAGS) carry no sched_feat; the lab's series is them, in order,
-    plus one patch on top that introduces every switch a policy writes."""
+    plus the lab's own patches on top: the first introduces every switch a policy writes, the
+    second the late period timer of the lost-refill scenario (its sysctl)."""
     from bwlab.kernel import policies
 
     for patch in POSTED.patches + LAGS.patches:
         assert "SCHED_FEAT(" not in patch.read_text() and "sched_feat(" not in patch.read_text(), patch.name
     assert SERIES.patches[: len(LAGS.patches)] == LAGS.patches
     assert LAGS.patches[: len(POSTED.patches)] == POSTED.patches
-    (lab,) = SERIES.patches[len(LAGS.patches) :]
+    lab, late_timer = SERIES.patches[len(LAGS.patches) :]
     for feat in policies.FEATURES:
         assert f"\n+SCHED_FEAT({feat}, true)" in lab.read_text(), feat
+    assert '"sched_bwlab_period_timer_delay_us"' in late_timer.read_text()
 
 
 @pytest.mark.untimed

@@ -1,0 +1,156 @@
+// SPDX-License-Identifier: MIT
+/*
+ * quotaflip - set a busy group's quota to max and back, and count the returns that throttle.
+ *
+ * Runs inside the group CGROUP_DIR (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us) with one busy
+ * thread per online CPU, under a quota above what they can use (the scenario's: ncpu*1.25).
+ * For DURATION_S seconds, again and again: wait a pseudo-random part of a period, write max, wait 3 periods (the period
+ * timer runs and, with no quota, stops), write the quota back, wait 5 periods, and count the
+ * return as throttled if nr_throttled grew. A kernel that hands out one quota per period never
+ * throttles such a group; one that loses a refill across the max (the first series' early
+ * refill, whose flag survived a timer run at max) throttles in the periods after the return.
+ * Prints one JSON line: flips, throttled_after (count) and throttled_after_pct.
+ *
+ *   quotaflip CGROUP_DIR DURATION_S [SEED]
+ */
+#include <pthread.h>
+#include <stdatomic.h>
+
+#include "lat.h"
+
+static const char *PROG = "quotaflip";
+static atomic_int spin_stop;
+
+static void *spin(void *arg)
+{
+	volatile unsigned long n = 0;
+
+	(void)arg;
+	while (!atomic_load_explicit(&spin_stop, memory_order_relaxed))
+		n++;
+	return NULL;
+}
+
+/* One line of a cgroup file, or the value of `key` in a flat-keyed one (cpu.stat). */
+static long read_value(const char *dir, const char *file, const char *key, char *line, size_t len)
+{
+	char path[4096], name[64];
+	long value = -1, v;
+	FILE *f;
+
+	snprintf(path, sizeof(path), "%s/%s", dir, file);
+	f = fopen(path, "r");
+	if (!f)
+		die_errno(PROG, "cannot read", path);
+	if (!key) {
+		if (!fgets(line, (int)len, f))
+			die_errno(PROG, "cannot read", path);
+		line[strcspn(line, "\n")] = 0;
+	} else {
+		while (fscanf(f, "%63s %ld", name, &v) == 2)
+			if (!strcmp(name, key))
+				value = v;
+		if (value < 0) {
+			fprintf(stderr, "%s: %s has no %s\n", PROG, path, key);
+			exit(1);
+		}
+	}
+	fclose(f);
+	return value;
+}
+
+static void write_value(const char *dir, const char *file, const char *value)
+{
+	if (write_file(dir, file, value))
+		die_errno(PROG, "cannot write", file);
+}
+
+static void sleep_us(long us)
+{
+	struct timespec t = { us / 1000000, us % 1000000 * 1000 };
+
+	while (!lat_stop && nanosleep(&t, &t) && errno == EINTR)
+		;
+}
+
+int main(int argc, char **argv)
+{
+	char quota[64], unlimited[64], line[128];
+	long duration_s, seed = 1, period_us, q, i, done = 0, throttled = 0;
+	int64_t end;
+	const char *dir, *file;
+	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+	pthread_t *threads;
+	unsigned long rnd;
+	int v2;
+
+	if (argc < 3 || argc > 4) {
+		fprintf(stderr, "usage: %s CGROUP_DIR DURATION_S [SEED]\n", PROG);
+		return 2;
+	}
+	dir = argv[1];
+	duration_s = parse_long(PROG, argv[2], "duration", 1, 86400);
+	if (argc == 4)
+		seed = parse_long(PROG, argv[3], "seed", 0, 1L << 30);
+	rnd = (unsigned long)seed * 2654435761UL + 1;
+
+	snprintf(line, sizeof(line), "%s/cpu.max", dir);
+	v2 = access(line, F_OK) == 0;
+	if (v2) {
+		file = "cpu.max";
+		read_value(dir, file, NULL, line, sizeof(line));
+		if (sscanf(line, "%ld %ld", &q, &period_us) != 2) {
+			fprintf(stderr, "%s: %s/cpu.max is '%s': the group needs a quota\n", PROG, dir, line);
+			return 1;
+		}
+		snprintf(quota, sizeof(quota), "%ld %ld", q, period_us);
+		snprintf(unlimited, sizeof(unlimited), "max %ld", period_us);
+	} else {
+		file = "cpu.cfs_quota_us";
+		q = atol((read_value(dir, file, NULL, line, sizeof(line)), line));
+		period_us = atol((read_value(dir, "cpu.cfs_period_us", NULL, line, sizeof(line)), line));
+		if (q <= 0) {
+			fprintf(stderr, "%s: %s/%s is %ld: the group needs a quota\n", PROG, dir, file, q);
+			return 1;
+		}
+		snprintf(quota, sizeof(quota), "%ld", q);
+		snprintf(unlimited, sizeof(unlimited), "-1");
+	}
+
+	stop_on_signals();
+	threads = calloc((size_t)ncpu, sizeof(*threads));
+	if (!threads)
+		die_errno(PROG, "cannot allocate", "threads");
+	for (i = 0; i < ncpu; i++)
+		if (pthread_create(&threads[i], NULL, spin, NULL)) {
+			fprintf(stderr, "%s: cannot start a busy thread\n", PROG);
+			return 1;
+		}
+	sleep_us(5 * period_us); /* the busy threads spread over the CPUs */
+
+	end = now_ns(CLOCK_MONOTONIC) + duration_s * 1000000000LL;
+	while (!lat_stop && now_ns(CLOCK_MONOTONIC) < end) {
+		long before;
+
+		rnd = rnd * 6364136223846793005UL + 1442695040888963407UL;
+		sleep_us((long)((rnd >> 33) % (unsigned long)period_us));
+		write_value(dir, file, unlimited);
+		sleep_us(3 * period_us);
+		before = read_value(dir, "cpu.stat", "nr_throttled", line, sizeof(line));
+		write_value(dir, file, quota);
+		sleep_us(5 * period_us);
+		if (lat_stop)
+			break;
+		throttled += read_value(dir, "cpu.stat", "nr_throttled", line, sizeof(line)) > before;
+		done++;
+	}
+	write_value(dir, file, quota); /* a stop between the two writes leaves no max behind */
+
+	atomic_store(&spin_stop, 1);
+	for (i = 0; i < ncpu; i++)
+		pthread_join(threads[i], NULL);
+	free(threads);
+	printf("{\"flips\":%ld,\"throttled_after\":%ld,\"throttled_after_pct\":%.1f}\n", done, throttled,
+	       done ? 100.0 * (double)throttled / (double)done : 0.0);
+	return 0;
+}
