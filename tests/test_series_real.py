@@ -16,7 +16,7 @@ import pytest
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import kselftest
 from bwlab.kernel import source as kernel_source
-from bwlab.paths import DEFAULT_SERIES, LAGS_SERIES, POSTED_SERIES, cache_root
+from bwlab.paths import DEFAULT_SERIES, LAGS_SERIES, POSTED_SERIES, SCENARIO_DIR, cache_root
 
 from conftest import DATA, bwlab, cmdlines_working_in
 
@@ -138,6 +138,18 @@ def test_policies_switch_the_fixes(patched_key: str, tmp_path: Path) -> None:
     print(f"policies: throttled {off_pct:.1f} % off (mainline), {on_pct:.1f} % on (all)")
     assert off_pct > 20  # mainline behaviour: ~50 %
     assert on_pct < 5 and on_pct < off_pct / 5  # the series: ~0-1 %
+
+
+def test_a_quota_set_to_max_and_back_loses_no_refill(patched_key: str, tmp_path: Path) -> None:
+    """Issue 34's lost refill: the lost-refill scenario (quotaflip: a busy thread per CPU under
+    1.25 x their demand, the quota set to max and back again and again, the lab's sysctl holding
+    each period timer 4 ms before its refill) throttles after no return. The first series
+    throttled after a share of them (docs/testing.md, lost refill)."""
+    doc = _guest(patched_key, SCENARIO_DIR / "lost-refill.toml", tmp_path, "all")
+    metrics = doc["cases"][0]["reps"][0]["metrics"]
+    print(f"lost refill: throttled after {metrics['throttled_after']:.0f} of {metrics['flips']:.0f} returns")
+    assert metrics["flips"] >= 30
+    assert metrics["throttled_after"] == 0
 
 
 def test_identical_rewrites_hand_out_nothing(patched_key: str, tmp_path: Path) -> None:
