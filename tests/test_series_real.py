@@ -141,10 +141,10 @@ def test_policies_switch_the_fixes(patched_key: str, tmp_path: Path) -> None:
 
 
 def test_a_quota_set_to_max_and_back_loses_no_refill(patched_key: str, tmp_path: Path) -> None:
-    """Issue 34's lost refill: the lost-refill scenario (quotaflip: a busy thread per CPU under
-    1.25 x their demand, the quota set to max and back again and again, the lab's sysctl holding
-    each period timer 4 ms before its refill) throttles after no return. The first series
-    throttled after a share of them (docs/testing.md, lost refill)."""
+    """Issue 34's lost refill: the lost-refill scenario (quotaflip: a busy thread per CPU; the
+    quota a little under what they use, then max, then 1.25 x what they use, again and again;
+    the lab's sysctl holding each period timer 4 ms before its refill) throttles after no
+    return. The first series throttled after a share of them (docs/testing.md, lost refill)."""
     doc = _guest(patched_key, SCENARIO_DIR / "lost-refill.toml", tmp_path, "all")
     metrics = doc["cases"][0]["reps"][0]["metrics"]
     print(f"lost refill: throttled after {metrics['throttled_after']:.0f} of {metrics['flips']:.0f} returns")

@@ -3,15 +3,23 @@
  * quotaflip - set a busy group's quota to max and back, and count the returns that throttle.
  *
  * Runs inside the group CGROUP_DIR (cgroup v2 cpu.max, or v1 cpu.cfs_quota_us) with one busy
- * thread per online CPU, under a quota above what they can use (the scenario's: ncpu*1.25).
- * For DURATION_S seconds, again and again: wait a pseudo-random part of a period, write max, wait 3 periods (the period
- * timer runs and, with no quota, stops), write the quota back, wait 5 periods, and count the
- * return as throttled if nr_throttled grew. A kernel that hands out one quota per period never
- * throttles such a group; one that loses a refill across the max (the first series' early
- * refill, whose flag survived a timer run at max) throttles in the periods after the return.
+ * thread per online CPU. The group's quota when it starts is the return quota, above what the
+ * threads can use (the scenario's: ncpu*1.25). For DURATION_S seconds, again and again:
+ *   1. the quota BEFORE_CPUS, a little under what the threads use (the scenario's: ncpu*0.7),
+ *      for 4 periods: the pool runs dry around each period's end, where a late period timer
+ *      leaves cfs_rqs asking for runtime after the expiry (the first series' early refill);
+ *   2. after a pseudo-random part of a period, max, for 3 periods (the period timer runs with
+ *      no quota, and stops);
+ *   3. the return quota, for 5 periods: the return counts as throttled if nr_throttled grew.
+ * A kernel that hands out one quota per period never throttles in step 3: the return quota is
+ * more than the threads use. One that loses a refill across the max (the first series' early
+ * refill, whose flag a timer run at max left set) leaves the first period after the return
+ * without its refill, and the group throttles in the next.
+ * The writer (the main thread) runs SCHED_FIFO, which CFS bandwidth does not throttle: its
+ * writes land when it asks, not after the group's next refill.
  * Prints one JSON line: flips, throttled_after (count) and throttled_after_pct.
  *
- *   quotaflip CGROUP_DIR DURATION_S [SEED]
+ *   quotaflip CGROUP_DIR DURATION_S SEED BEFORE_CPUS
  */
 #include <pthread.h>
 #include <stdatomic.h>
@@ -75,8 +83,9 @@ static void sleep_us(long us)
 
 int main(int argc, char **argv)
 {
-	char quota[64], unlimited[64], line[128];
-	long duration_s, seed = 1, period_us, q, i, done = 0, throttled = 0;
+	char quota[64], before_quota[64], unlimited[64], line[128];
+	long duration_s, seed, period_us, q, q_before, i, done = 0, throttled = 0;
+	double before_cpus;
 	int64_t end;
 	const char *dir, *file;
 	long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -84,14 +93,14 @@ int main(int argc, char **argv)
 	unsigned long rnd;
 	int v2;
 
-	if (argc < 3 || argc > 4) {
-		fprintf(stderr, "usage: %s CGROUP_DIR DURATION_S [SEED]\n", PROG);
+	if (argc != 5) {
+		fprintf(stderr, "usage: %s CGROUP_DIR DURATION_S SEED BEFORE_CPUS\n", PROG);
 		return 2;
 	}
 	dir = argv[1];
 	duration_s = parse_long(PROG, argv[2], "duration", 1, 86400);
-	if (argc == 4)
-		seed = parse_long(PROG, argv[3], "seed", 0, 1L << 30);
+	seed = parse_long(PROG, argv[3], "seed", 0, 1L << 30);
+	before_cpus = parse_double(PROG, argv[4], "before_cpus", 0.01, 4096);
 	rnd = (unsigned long)seed * 2654435761UL + 1;
 
 	snprintf(line, sizeof(line), "%s/cpu.max", dir);
@@ -103,7 +112,9 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %s/cpu.max is '%s': the group needs a quota\n", PROG, dir, line);
 			return 1;
 		}
+		q_before = (long)(before_cpus * (double)period_us);
 		snprintf(quota, sizeof(quota), "%ld %ld", q, period_us);
+		snprintf(before_quota, sizeof(before_quota), "%ld %ld", q_before, period_us);
 		snprintf(unlimited, sizeof(unlimited), "max %ld", period_us);
 	} else {
 		file = "cpu.cfs_quota_us";
@@ -113,8 +124,16 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: %s/%s is %ld: the group needs a quota\n", PROG, dir, file, q);
 			return 1;
 		}
+		q_before = (long)(before_cpus * (double)period_us);
 		snprintf(quota, sizeof(quota), "%ld", q);
+		snprintf(before_quota, sizeof(before_quota), "%ld", q_before);
 		snprintf(unlimited, sizeof(unlimited), "-1");
+	}
+
+	if (q_before < 1000 || q_before >= q) {
+		fprintf(stderr, "%s: %.2f CPUs before each flip must be a quota of 1 ms or more below the group's (%ld us)\n",
+			PROG, before_cpus, q);
+		return 1;
 	}
 
 	stop_on_signals();
@@ -126,12 +145,20 @@ int main(int argc, char **argv)
 			fprintf(stderr, "%s: cannot start a busy thread\n", PROG);
 			return 1;
 		}
+	{	/* after the busy threads start: they would inherit it */
+		struct sched_param sp = { .sched_priority = 1 };
+
+		if (sched_setscheduler(0, SCHED_FIFO, &sp))
+			die_errno(PROG, "cannot run the writer at", "SCHED_FIFO");
+	}
 	sleep_us(5 * period_us); /* the busy threads spread over the CPUs */
 
 	end = now_ns(CLOCK_MONOTONIC) + duration_s * 1000000000LL;
 	while (!lat_stop && now_ns(CLOCK_MONOTONIC) < end) {
 		long before;
 
+		write_value(dir, file, before_quota);
+		sleep_us(4 * period_us);
 		rnd = rnd * 6364136223846793005UL + 1442695040888963407UL;
 		sleep_us((long)((rnd >> 33) % (unsigned long)period_us));
 		write_value(dir, file, unlimited);
