@@ -16,7 +16,9 @@
  * refill, whose flag a timer run at max left set) leaves the first period after the return
  * without its refill, and the group throttles in the next.
  * The writer (the main thread) runs SCHED_FIFO, which CFS bandwidth does not throttle: its
- * writes land when it asks, not after the group's next refill.
+ * writes land when it asks, not after the group's next refill. It writes the quotas on CPU 0,
+ * which starts the period timer there (hrtimers are pinned to the CPU that starts them), and
+ * max on CPU 1: a timer late on its CPU (interrupts off) would hold back a wakeup there too.
  * Prints one JSON line: flips, throttled_after (count) and throttled_after_pct.
  *
  *   quotaflip CGROUP_DIR DURATION_S SEED BEFORE_CPUS
@@ -71,6 +73,16 @@ static void write_value(const char *dir, const char *file, const char *value)
 {
 	if (write_file(dir, file, value))
 		die_errno(PROG, "cannot write", file);
+}
+
+static void run_on(int cpu)
+{
+	cpu_set_t set;
+
+	CPU_ZERO(&set);
+	CPU_SET(cpu, &set);
+	if (sched_setaffinity(0, sizeof(set), &set))
+		die_errno(PROG, "cannot move the writer to a CPU:", cpu ? "CPU 1" : "CPU 0");
 }
 
 static void sleep_us(long us)
@@ -130,6 +142,10 @@ int main(int argc, char **argv)
 		snprintf(unlimited, sizeof(unlimited), "-1");
 	}
 
+	if (ncpu < 2) {
+		fprintf(stderr, "%s: needs 2 CPUs or more (the writer beside the period timer's CPU)\n", PROG);
+		return 1;
+	}
 	if (q_before < 1000 || q_before >= q) {
 		fprintf(stderr, "%s: %.2f CPUs before each flip must be a quota of 1 ms or more below the group's (%ld us)\n",
 			PROG, before_cpus, q);
@@ -157,12 +173,15 @@ int main(int argc, char **argv)
 	while (!lat_stop && now_ns(CLOCK_MONOTONIC) < end) {
 		long before;
 
+		run_on(0);
 		write_value(dir, file, before_quota);
 		sleep_us(4 * period_us);
+		run_on(1);
 		rnd = rnd * 6364136223846793005UL + 1442695040888963407UL;
 		sleep_us((long)((rnd >> 33) % (unsigned long)period_us));
 		write_value(dir, file, unlimited);
 		sleep_us(3 * period_us);
+		run_on(0);
 		before = read_value(dir, "cpu.stat", "nr_throttled", line, sizeof(line));
 		write_value(dir, file, quota);
 		sleep_us(5 * period_us);
