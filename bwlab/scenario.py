@@ -26,7 +26,7 @@ from bwlab.workloads.base import CGROUP_ARG, REP_ARG, ParamError, Resolved, Work
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
             "workload", "side", "probe", "matrix", "case"}  # fmt: skip
 PROBE_KEYS = {"lock_classes", "noise_s"}
-CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "cpus", "depth"}
+CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "burst_quota_ticks", "cpus", "depth"}
 # rewrite: cpu.max written again with its value (cgwrite); sample: the group's counters read
 # every interval for the per-period detector (cgsample -> bwlab/periods.py: below_quota_pct);
 # trace: the period timer and the group's threads traced (ftrace, bwlab/schedtrace.py), the
@@ -202,14 +202,15 @@ def _check_types(sc: Scenario, data: dict[str, Any], case: str) -> None:
     need_int("cgroup", "burst_us", cg.get("burst_us", 0), 0, 10**9)
     need_int("cgroup", "depth", cg.get("depth", 1), 1, 8)
     need_cpu("cgroup", "quota_cpus", cg.get("quota_cpus", "max"), "max")
-    bursts = [k for k in ("burst_us", "burst_cpus", "burst_ticks") if k in cg]
+    bursts = [k for k in ("burst_us", "burst_cpus", "burst_ticks", "burst_quota_ticks") if k in cg]
     if len(bursts) > 1:
         raise _err(p, t, f"[cgroup] {' and '.join(bursts)} are ways to say one thing: give one{ctx}",
                    bursts[-1], "cgroup")  # fmt: skip
     if "burst_cpus" in cg and cg["burst_cpus"] != 0:
         need_cpu("cgroup", "burst_cpus", cg["burst_cpus"], "0")
-    if "burst_ticks" in cg:
-        need_int("cgroup", "burst_ticks", cg["burst_ticks"], 0, 1000)
+    for key in ("burst_ticks", "burst_quota_ticks"):
+        if key in cg:
+            need_int("cgroup", key, cg[key], 0, 1000)
     need_cpu("cgroup", "cpus", cg.get("cpus", "all"), "all")
 
     sysctl = data.get("sysctl", {})
@@ -410,9 +411,12 @@ def check_bandwidth(where: str, quota_from: str, quota_us: int | None, burst_us:
 
 
 def tick_burst_us(ticks: int, hz: int, cpus: int, quota_us: int) -> int:
-    """`ticks` ticks of a HZ kernel on each of the group's CPUs, at most the quota: the debt a
-    group can carry into the next period is about one tick per CPU it runs on (a throttle is
-    noticed at the tick), and the kernel refuses a burst above the quota."""
+    """`ticks` ticks of a HZ kernel on each of `cpus` CPUs, at most the quota: the debt a group
+    can carry into the next period is about one tick per CPU it runs on (a throttle is noticed
+    at the tick), and the kernel refuses a burst above the quota. `burst_ticks` counts the
+    group's CPUs (its cpuset); `burst_quota_ticks` the CPUs its quota buys, rounded up
+    (DIV_ROUND_UP(quota, period)): the sized default burst of kernel/rival/, which a small
+    group on a large machine cannot turn into a whole extra quota."""
     return min(ticks * cpus * 1_000_000 // hz, quota_us)
 
 
@@ -440,6 +444,12 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
         if quota is None:
             raise BwlabError(f"{where}: a burst ({cg['burst_ticks']} ticks) needs a quota (quota_cpus is 'max')")
         burst = tick_burst_us(int(cg["burst_ticks"]), hz, count, quota)
+    if cg.get("burst_quota_ticks", 0) != 0:
+        if hz is None:
+            raise BwlabError(f"{where}: burst_quota_ticks needs the target kernel's HZ, which is not known here")
+        if quota is None:
+            raise BwlabError(f"{where}: a burst ({cg['burst_quota_ticks']} ticks) needs a quota (quota_cpus is 'max')")
+        burst = tick_burst_us(int(cg["burst_quota_ticks"]), hz, -(-quota // period), quota)
     check_bandwidth(where, f"quota_cpus={quota_expr!r} at a {period} us period", quota, burst)
     duration = float(data["duration_s"])
     wl = data["workload"]

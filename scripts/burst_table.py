@@ -1,7 +1,7 @@
 """The burst comparison tables (docs/burst.md, the slush changelog) from result directories.
 
-Each directory holds runs of the `burst-vs-slush` scenario (throttled periods at demand ==
-quota) and/or the `overdelivery` scenario (the most a group ran in 1/10/100 periods over the
+Each directory holds runs of the `burst-vs-slush` and `burst-wide` scenarios (throttled periods at
+demand == quota) and/or the `overdelivery` scenario (the most a group ran in 1/10/100 periods over the
 quota) for one machine (CPU count, HZ), under one or more policies. A row is a policy and a
 burst (the case's suffix), a column a period (the case's prefix); a cell is the mean of the
 repetitions with its standard deviation:
@@ -21,8 +21,8 @@ from bwlab.errors import BwlabError
 from bwlab.results import Result
 
 PERIODS = ("100ms", "50ms", "10ms")
-BURSTS = ("none", "1tick", "2ticks", "4ticks", "quota")
-SCENARIOS = ("burst-vs-slush", "overdelivery", "overdelivery-small")
+BURSTS = ("none", "1tick", "sized", "2ticks", "4ticks", "quota")
+SCENARIOS = ("burst-vs-slush", "burst-wide", "overdelivery", "overdelivery-small")
 POLICY_ORDER = ("mainline", "clip-slice", "slush", "slush-clip", "all")
 
 
@@ -70,7 +70,8 @@ def render(directory: Path) -> str:
         raise BwlabError(f"{directory}: no results of {', '.join(SCENARIOS)}")
     out = []
     tables: list[tuple[str, str, tuple[str, ...], int, str]] = [
-        ("burst-vs-slush", "throttled_pct", PERIODS, 2, "throttled periods in percent at demand == quota")
+        ("burst-vs-slush", "throttled_pct", PERIODS, 2, "throttled periods in percent at demand == quota"),
+        ("burst-wide", "throttled_pct", PERIODS, 2, "throttled periods in percent, demand == quota on 2 x its CPUs"),
     ]
     for od in ("overdelivery", "overdelivery-small"):
         for n in (1, 10, 100):

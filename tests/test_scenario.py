@@ -258,11 +258,28 @@ def test_burst_ticks_count_the_cpus_of_the_groups_cpuset(tmp_path: Path) -> None
     assert spec.cpus == "0-1" and spec.burst_us == 2 * 4000
 
 
+@pytest.mark.parametrize(("ncpu", "quota", "period", "ticks", "burst"), [
+    (64, "2", 100_000, 1, 2 * 4000),  # a tick on each of the 2 CPUs the quota buys, not on all 64
+    (64, "2.5", 100_000, 1, 3 * 4000),  # rounded up, as DIV_ROUND_UP(quota, period)
+    (2, '"ncpu"', 10_000, 4, 20_000),  # held to the quota
+])  # fmt: skip
+def test_burst_quota_ticks_count_the_cpus_the_quota_buys(
+    tmp_path: Path, ncpu: int, quota: str, period: int, ticks: int, burst: int
+) -> None:
+    text = GOOD.replace('quota_cpus = "ncpu"', f"quota_cpus = {quota}")
+    text = text.replace("period_us = 10000", f"period_us = {period}\nburst_quota_ticks = {ticks}")
+    (spec,) = scenario.load(write(tmp_path, text)).resolve(ncpu, 250)
+    assert spec.burst_us == burst
+
+
 @pytest.mark.parametrize(("cgroup", "hz", "message"), [
     ('quota_cpus = "ncpu"\nburst_ticks = 1', None, "burst_ticks needs the target kernel's HZ"),
     ("burst_ticks = 1", 250, r"a burst \(1 ticks\) needs a quota"),
     ('quota_cpus = "ncpu"\nburst_ticks = 1\nburst_us = 5', 250, "burst_us and burst_ticks are ways to say one"),
     ('quota_cpus = "ncpu"\nburst_ticks = -1', 250, "burst_ticks must be an integer"),
+    ('quota_cpus = "ncpu"\nburst_quota_ticks = 1', None, "burst_quota_ticks needs the target kernel's HZ"),
+    ("burst_quota_ticks = 1", 250, r"a burst \(1 ticks\) needs a quota"),
+    ('quota_cpus = "ncpu"\nburst_ticks = 1\nburst_quota_ticks = 1', 250, "burst_ticks and burst_quota_ticks are"),
 ])  # fmt: skip
 def test_bad_burst_ticks_are_errors(tmp_path: Path, cgroup: str, hz: int | None, message: str) -> None:
     with pytest.raises(BwlabError, match=message):
