@@ -9,11 +9,13 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PACKAGE_DIR = Path(__file__).resolve().parent
 SCENARIO_DIR = PACKAGE_DIR / "scenarios"
 KERNEL_DIR = REPO_ROOT / "kernel"
-# The series as posted (no switches), and what the lab builds by default: it, LAGS and the
-# lab-only patches that put every fix behind a sched_feat switch and can make the period
-# timer late (kernel/lab/series).
+# The series as posted (no switches), and what the lab builds by default: it, LAGS, the
+# paper's slush fund, the lock-free pool RFC and the lab-only patches that put every fix
+# behind a sched_feat switch and can make the period timer late (kernel/lab/series).
 POSTED_SERIES = KERNEL_DIR / "patches" / "series"
 LAGS_SERIES = KERNEL_DIR / "lags" / "series"
+SLUSH_SERIES = KERNEL_DIR / "slush" / "series"
+LOCKFREE_SERIES = KERNEL_DIR / "lockfree" / "series"
 DEFAULT_SERIES = KERNEL_DIR / "lab" / "series"
 LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
 TEST_CPU_ONLY = KERNEL_DIR / "selftest" / "test_cpu_only.c"

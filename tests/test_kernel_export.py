@@ -47,7 +47,7 @@ def test_every_shipped_patch_carries_the_placeholder_once_as_author() -> None:
 
 def test_read_cover_of_the_shipped_cover_letter() -> None:
     cover = export.read_cover(POSTED_SERIES.parent / export.COVER)
-    assert cover.prefix == "RFC PATCH"
+    assert cover.prefix == "RFC PATCH v2"
     assert cover.subject.startswith("sched/fair: ") and "\n" not in cover.subject
     assert cover.blurb.startswith("A group whose demand equals its CPU quota")
     assert "Bwlab Developers (" not in cover.blurb and "base-commit" not in cover.blurb

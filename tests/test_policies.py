@@ -11,7 +11,7 @@ from conftest import DATA
 
 
 def test_feature_writes_cover_every_switch() -> None:
-    assert policies.feature_writes("all") == list(policies.FEATURES)
+    assert policies.feature_writes("all") == [f if f != "BW_SLUSH" else "NO_BW_SLUSH" for f in policies.FEATURES]
     assert policies.feature_writes("mainline") == [f"NO_{f}" for f in policies.FEATURES]
     slush = policies.feature_writes("slush")
     assert "BW_SLUSH" in slush and "NO_BW_CLIP_SLICE" in slush and len(slush) == len(policies.FEATURES)
@@ -46,7 +46,15 @@ def test_results_channel_carries_features() -> None:
 
 
 def test_leave_one_out_policies() -> None:
-    for feat in policies.FEATURES:
+    for feat in policies.SERIES:
         (single,) = [p for p, f in policies.POLICIES.items() if f == (feat,)]
         rest = policies.POLICIES[f"no-{single}"]
-        assert feat not in rest and len(rest) == len(policies.FEATURES) - 1
+        assert feat not in rest and len(rest) == len(policies.SERIES) - 1
+    assert "no-slush" not in policies.POLICIES
+
+
+def test_all_is_the_posted_series_and_all_slush_its_first_version() -> None:
+    """`all` has every switch of the posted series and not the lab's slush fund; `all-slush` is
+    series v1: the slush fund where v2 has the default burst."""
+    assert set(policies.POLICIES["all"]) == set(policies.FEATURES) - {"BW_SLUSH"}
+    assert set(policies.POLICIES["all-slush"]) == set(policies.FEATURES) - {"BW_DEFAULT_BURST"}

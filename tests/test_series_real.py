@@ -16,15 +16,25 @@ import pytest
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import kselftest
 from bwlab.kernel import source as kernel_source
-from bwlab.paths import DEFAULT_SERIES, LAGS_SERIES, POSTED_SERIES, SCENARIO_DIR, cache_root
+from bwlab.paths import (
+    DEFAULT_SERIES,
+    LAGS_SERIES,
+    LOCKFREE_SERIES,
+    POSTED_SERIES,
+    SCENARIO_DIR,
+    SLUSH_SERIES,
+    cache_root,
+)
 
 from conftest import DATA, bwlab, cmdlines_working_in
 
 pytestmark = pytest.mark.guest
 
-SERIES = kernel_build.read_series(DEFAULT_SERIES)  # what the lab builds: posted + LAGS + switches
+SERIES = kernel_build.read_series(DEFAULT_SERIES)  # what the lab builds: all below + the lab's two
 POSTED = kernel_build.read_series(POSTED_SERIES)
 LAGS = kernel_build.read_series(LAGS_SERIES)
+SLUSH = kernel_build.read_series(SLUSH_SERIES)
+LOCKFREE = kernel_build.read_series(LOCKFREE_SERIES)
 
 
 @pytest.fixture(scope="module")
@@ -66,16 +76,20 @@ def test_series_is_non_empty_and_documented() -> None:
 
 @pytest.mark.untimed
 def test_posted_series_has_no_switches_and_the_lab_patch_adds_every_one() -> None:
-    """The posted patches (and LAGS) carry no sched_feat; the lab's series is them, in order,
-    plus the lab's own patches on top: the first introduces every switch a policy writes, the
-    second the late period timer of the lost-refill scenario (its sysctl)."""
+    """The posted patches, LAGS, the slush fund and the lock-free RFC carry no sched_feat; each
+    series starts with the one it was written on, and the lab's series is the last of them,
+    lockfree, plus the lab's own patches on top: the first introduces every switch a policy
+    writes, the second the late period timer of the lost-refill scenario (its sysctl)."""
     from bwlab.kernel import policies
 
-    for patch in POSTED.patches + LAGS.patches:
+    for patch in LOCKFREE.patches:
         assert "SCHED_FEAT(" not in patch.read_text() and "sched_feat(" not in patch.read_text(), patch.name
-    assert SERIES.patches[: len(LAGS.patches)] == LAGS.patches
     assert LAGS.patches[: len(POSTED.patches)] == POSTED.patches
-    lab, late_timer = SERIES.patches[len(LAGS.patches) :]
+    assert SLUSH.patches[: len(LAGS.patches)] == LAGS.patches and len(SLUSH.patches) == len(LAGS.patches) + 1
+    assert LOCKFREE.patches[: len(SLUSH.patches)] == SLUSH.patches
+    assert len(LOCKFREE.patches) == len(SLUSH.patches) + 1
+    assert SERIES.patches[: len(LOCKFREE.patches)] == LOCKFREE.patches
+    lab, late_timer = SERIES.patches[len(LOCKFREE.patches) :]
     for feat in policies.FEATURES:
         assert f"\n+SCHED_FEAT({feat}, true)" in lab.read_text(), feat
     assert '"sched_bwlab_period_timer_delay_us"' in late_timer.read_text()
@@ -213,7 +227,7 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
     # under smp its kernel_time loss came out at 89.8 and 93.2 % of the quota, around the
     # test's 90 %, against 78.8 % in the default.)
     names = ("test_cpucg_max_demand_equals_quota", "test_cpucg_max_rewrite", "test_cpucg_max_kernel_time")
-    bound = ("test_cpucg_max_overdelivery",)  # the slush fund's bound: holds patched (and on 7.3.4)
+    bound = ("test_cpucg_max_overdelivery",)  # the per-period bound: holds patched (and on 7.3.4)
     lags = ("test_cpucg_latency_awareness_files", "test_cpucg_load_credit", "test_cpucg_latency_awareness_fair_share",
             "test_cpucg_latency_awareness_fair_share_bursty")  # fmt: skip
     nested = "test_cpucg_nested_weight_overprovisioned"
@@ -352,7 +366,7 @@ def test_export_is_format_patch_output_in_the_users_name_that_applies_on_the_bas
     assert len(files) == len(POSTED.patches) + 1 and files[0].name == "0000-cover-letter.patch"
     cover = files[0].read_text()
     assert "\nbase-commit: b68665838251cfaba94c4e611c3093150d6aec4a\n" in cover
-    assert "Subject: [RFC PATCH 0/" in cover and "*** " not in cover
+    assert f"Subject: [RFC PATCH v2 0/{len(POSTED.patches)}] " in cover and "*** " not in cover
     assert "Ada Lovelace (" in cover  # git's shortlog, by the user
     for f in files:
         text = f.read_text()

@@ -26,7 +26,7 @@ from bwlab.targets.host import HostTarget
 from bwlab.targets.qemu import QemuTarget, guest_label
 
 # Bandwidth policies table2 is measured under on the patched kernel (see policies.py).
-TABLE2_POLICIES = ("unthrottle-retry", "slush", "clip-slice", "early-refill", "all")
+TABLE2_POLICIES = ("unthrottle-retry", "clip-slice", "default-burst", "early-refill", "slush", "all")
 
 
 @dataclass(frozen=True)

@@ -1,38 +1,45 @@
 """Bandwidth policies: which of the kernel series' sched_feat switches a guest runs with.
 
-The posted series has no switches. The lab builds kernel/lab/series: the series, LAGS and a
-lab-only patch that puts every fix behind a `sched_feat` switch (default on), so one image can
-be measured as mainline (all off), slush fund only, each fix alone, or everything, as in the
-paper's Baseline / Slush / All. A policy is applied by writing the switches to
-/sys/kernel/debug/sched/features before the scenario's first case.
+The posted series has no switches. The lab builds kernel/lab/series: the series, LAGS, the
+paper's slush fund (kernel/slush/, the alternative the series' default burst replaced), the
+lock-free pool RFC and a lab-only patch that puts every fix behind a `sched_feat` switch, so one
+image can be measured as mainline (all off), each fix alone, the posted series (`all`), or the
+paper's Baseline / Slush / All (`mainline`, `slush`, `all-slush`). A policy is applied by
+writing the switches to /sys/kernel/debug/sched/features before the scenario's first case; an
+image run without a policy has every switch on but the slush fund's.
 """
 
 from __future__ import annotations
 
 from bwlab.errors import BwlabError
 
-# The series' switches, in patch order.
+# The switches, in patch order: the posted series', then the lab's slush fund.
 FEATURES = (
-    "BW_UNTHROTTLE_RETRY",  # an unthrottle that finds its grant used up asks the pool again
-    "BW_SLUSH",  # slush fund: pay carried-over debt from last period's unused runtime
-    "BW_CLIP_SLICE",  # (a) grant no more than the time left in the period
-    "BW_EARLY_REFILL",  # (c) refill an overdue period instead of throttling
-    "BW_NOOP_UPDATE",  # identical cpu.max / cpu.max.burst writes change nothing
+    "BW_UNTHROTTLE_RETRY",  # 0001: an unthrottle that finds its grant used up asks the pool again
+    "BW_NOOP_UPDATE",  # 0002: identical cpu.max / cpu.max.burst writes change nothing
+    "BW_CLIP_SLICE",  # 0003: grant no more than the time left in the period
+    "BW_DEFAULT_BURST",  # 0004: no burst set: carry over a tick per CPU the quota buys
+    "BW_EARLY_REFILL",  # 0005: refill an overdue period instead of throttling
+    "BW_SLUSH",  # the paper's slush fund: pay carried-over debt from last period's unused runtime
 )
+SERIES = tuple(f for f in FEATURES if f != "BW_SLUSH")
 
 POLICIES: dict[str, tuple[str, ...]] = {
     "mainline": (),
-    "slush": ("BW_SLUSH",),
-    "slush-clip": ("BW_SLUSH", "BW_CLIP_SLICE"),  # the series' RFC pair, set against cpu.max.burst
     "unthrottle-retry": ("BW_UNTHROTTLE_RETRY",),
-    "clip-slice": ("BW_CLIP_SLICE",),
-    "early-refill": ("BW_EARLY_REFILL",),
     "noop-update": ("BW_NOOP_UPDATE",),
-    "all": FEATURES,
+    "clip-slice": ("BW_CLIP_SLICE",),
+    "default-burst": ("BW_DEFAULT_BURST",),
+    "early-refill": ("BW_EARLY_REFILL",),
+    "slush": ("BW_SLUSH",),
+    "burst-clip": ("BW_DEFAULT_BURST", "BW_CLIP_SLICE"),  # the series' pair against the debt
+    "slush-clip": ("BW_SLUSH", "BW_CLIP_SLICE"),  # v1's pair, the default burst's rival
+    "all": SERIES,  # the posted series
+    "all-slush": tuple(f if f != "BW_DEFAULT_BURST" else "BW_SLUSH" for f in SERIES),  # series v1
 }
-# Leave-one-out: every switch but one, to show what each fix adds to the others.
-POLICIES.update({f"no-{name}": tuple(f for f in FEATURES if f not in feats)
-                 for name, feats in list(POLICIES.items()) if len(feats) == 1})  # fmt: skip
+# Leave-one-out: the posted series but one switch, to show what each fix adds to the others.
+POLICIES.update({f"no-{name}": tuple(f for f in SERIES if f not in feats)
+                 for name, feats in list(POLICIES.items()) if len(feats) == 1 and feats[0] in SERIES})  # fmt: skip
 
 
 def names() -> list[str]:

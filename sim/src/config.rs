@@ -212,8 +212,8 @@ fn yes() -> bool {
     true
 }
 
-pub const FEATURES: [&str; 5] =
-    ["BW_UNTHROTTLE_RETRY", "BW_SLUSH", "BW_CLIP_SLICE", "BW_EARLY_REFILL", "BW_NOOP_UPDATE"];
+pub const FEATURES: [&str; 6] =
+    ["BW_UNTHROTTLE_RETRY", "BW_NOOP_UPDATE", "BW_CLIP_SLICE", "BW_DEFAULT_BURST", "BW_EARLY_REFILL", "BW_SLUSH"];
 
 impl Config {
     pub fn from_json(text: &str) -> Result<Config, String> {

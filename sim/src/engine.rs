@@ -40,6 +40,7 @@ const HANDLER_NS: i64 = 1_000;
 struct Feat {
     unthrottle_retry: bool,
     slush: bool,
+    default_burst: bool,
     clip_slice: bool,
     early_refill: bool,
     noop_update: bool,
@@ -251,6 +252,7 @@ impl Sim {
         let feat = Feat {
             unthrottle_retry: cfg.features.iter().any(|f| f == "BW_UNTHROTTLE_RETRY"),
             slush: cfg.features.iter().any(|f| f == "BW_SLUSH"),
+            default_burst: cfg.features.iter().any(|f| f == "BW_DEFAULT_BURST"),
             clip_slice: cfg.features.iter().any(|f| f == "BW_CLIP_SLICE"),
             early_refill: cfg.features.iter().any(|f| f == "BW_EARLY_REFILL"),
             noop_update: cfg.features.iter().any(|f| f == "BW_NOOP_UPDATE"),
@@ -399,12 +401,21 @@ impl Sim {
 
     // ---- global pool -----------------------------------------------------------------
 
-    /// `__refill_cfs_bandwidth_runtime()`, with BW_SLUSH (0003).
+    /// `__refill_cfs_bandwidth_runtime()`, with BW_SLUSH (the lab's slush fund) and
+    /// BW_DEFAULT_BURST (0004: while no burst is set, `cfs_b_burst()` is a tick per CPU the
+    /// quota buys, DIV_ROUND_UP(quota, period), at most the quota).
     fn refill(&mut self, g: usize) {
         let slush = self.feat.slush;
+        let default_burst = self.feat.default_burst;
+        let tick_ns = self.tick_ns;
         let b = &mut self.bws[g];
         let Some(quota) = b.quota else { return };
-        let cap = quota + b.burst;
+        let burst = if b.burst == 0 && default_burst {
+            quota.min((quota + b.period - 1) / b.period * tick_ns)
+        } else {
+            b.burst
+        };
+        let cap = quota + burst;
         b.runtime += quota;
         let over = b.runtime_snap - b.runtime;
         if over > 0 {
