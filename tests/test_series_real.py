@@ -145,8 +145,11 @@ def test_policies_switch_the_fixes(patched_key: str, tmp_path: Path) -> None:
     scenario = DATA / "table2-10ms.toml"
     on = _guest(patched_key, scenario, tmp_path, "all")
     off = _guest(patched_key, scenario, tmp_path, "mainline")
-    assert all(on["meta"]["sched_features"].values()) and len(on["meta"]["sched_features"]) == 5
-    assert not any(off["meta"]["sched_features"].values())
+    from bwlab.kernel import policies
+
+    # every switch read back as the policy set it: the posted series' on, the slush fund off
+    assert on["meta"]["sched_features"] == {f: f != "BW_SLUSH" for f in policies.FEATURES}
+    assert not any(off["meta"]["sched_features"].values()) and len(off["meta"]["sched_features"]) == 6
     on_pct = on["cases"][0]["reps"][0]["metrics"]["throttled_pct"]
     off_pct = off["cases"][0]["reps"][0]["metrics"]["throttled_pct"]
     print(f"policies: throttled {off_pct:.1f} % off (mainline), {on_pct:.1f} % on (all)")
