@@ -415,7 +415,7 @@ def tick_burst_us(ticks: int, hz: int, cpus: int, quota_us: int) -> int:
     can carry into the next period is about one tick per CPU it runs on (a throttle is noticed
     at the tick), and the kernel refuses a burst above the quota. `burst_ticks` counts the
     group's CPUs (its cpuset); `burst_quota_ticks` the CPUs its quota buys, rounded up
-    (DIV_ROUND_UP(quota, period)): the sized default burst of kernel/rival/, which a small
+    (DIV_ROUND_UP(quota, period)): the size of the series' default burst (0004), which a small
     group on a large machine cannot turn into a whole extra quota."""
     return min(ticks * cpus * 1_000_000 // hz, quota_us)
 
@@ -438,18 +438,15 @@ def _resolve_case(sc: Scenario, case: str, params: dict[str, Any], data: dict[st
     burst = int(cg.get("burst_us", 0))
     if cg.get("burst_cpus", 0) != 0:
         burst = round(cpu_value(cg["burst_cpus"], ncpu, "burst_cpus") * period)
-    if cg.get("burst_ticks", 0) != 0:
+    # at most one of the two (_check_types): ticks on each of the group's CPUs, or of its quota's
+    for key in ("burst_ticks", "burst_quota_ticks"):
+        if cg.get(key, 0) == 0:
+            continue
         if hz is None:
-            raise BwlabError(f"{where}: burst_ticks needs the target kernel's HZ, which is not known here")
+            raise BwlabError(f"{where}: {key} needs the target kernel's HZ, which is not known here")
         if quota is None:
-            raise BwlabError(f"{where}: a burst ({cg['burst_ticks']} ticks) needs a quota (quota_cpus is 'max')")
-        burst = tick_burst_us(int(cg["burst_ticks"]), hz, count, quota)
-    if cg.get("burst_quota_ticks", 0) != 0:
-        if hz is None:
-            raise BwlabError(f"{where}: burst_quota_ticks needs the target kernel's HZ, which is not known here")
-        if quota is None:
-            raise BwlabError(f"{where}: a burst ({cg['burst_quota_ticks']} ticks) needs a quota (quota_cpus is 'max')")
-        burst = tick_burst_us(int(cg["burst_quota_ticks"]), hz, -(-quota // period), quota)
+            raise BwlabError(f"{where}: a burst ({cg[key]} ticks) needs a quota (quota_cpus is 'max')")
+        burst = tick_burst_us(int(cg[key]), hz, count if key == "burst_ticks" else -(-quota // period), quota)
     check_bandwidth(where, f"quota_cpus={quota_expr!r} at a {period} us period", quota, burst)
     duration = float(data["duration_s"])
     wl = data["workload"]
