@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 PACKAGES=(
-  qemu-system-x86 busybox-static sysbench rt-tests              # guest and workloads
+  qemu-system-x86 busybox-static sysbench rt-tests linux-perf   # guest and workloads
   build-essential flex bison bc libelf-dev libssl-dev            # kernel build
   cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
   git perl                                                       # git am, checkpatch.pl

@@ -26,6 +26,7 @@ TOOLS = {
     "busybox": "busybox-static (scripts/setup.sh)",
     "sysbench": "sysbench (scripts/setup.sh)",
     "hackbench": "rt-tests (scripts/setup.sh)",
+    "perf": "linux-perf (scripts/setup.sh)",
     "bpftrace": "bpftrace (scripts/setup.sh)",
     "podman": "podman (scripts/setup.sh)",
     "prometheus": "prometheus (scripts/setup.sh)",

@@ -218,6 +218,23 @@ def test_nested_groups_throttle_and_are_removed(tmp_path: Path) -> None:
     assert set(bwlab_dirs()) == before
 
 
+def test_perf_bench_sched_pipe_runs_in_the_group(tmp_path: Path) -> None:
+    before = set(bwlab_dirs())
+    proc = bwlab("run", str(DATA / "perf-pipe-host.toml"), "--target", "host", "--out", str(tmp_path))
+    assert proc.returncode == 0, proc.stderr
+    unused, nested = json.loads((tmp_path / "perf-pipe-host.json").read_text())["cases"]
+    for case in (unused, nested):
+        m = case["reps"][0]["metrics"]
+        # perf's two figures are one measurement: ops/s is 1e6 / (us per op), rounded down
+        assert m["pipe_us_per_op"] > 0
+        assert abs(m["pipe_ops_per_s"] * m["pipe_us_per_op"] / 1e6 - 1) < 0.01, m
+    assert nested["settings"]["depth"] == 3 and unused["settings"]["quota_us"] is None
+    # the pipe ran under the quota: the group's period timer counted periods
+    assert nested["reps"][0]["metrics"]["nr_periods"] > 0
+    assert nested["reps"][0]["metrics"]["nr_throttled"] == 0
+    assert set(bwlab_dirs()) == before
+
+
 def test_funcs_serves_functions_in_child_groups(tmp_path: Path) -> None:
     before = set(bwlab_dirs())
     proc = bwlab("run", str(DATA / "funcs-host.toml"), "--target", "host", "--out", str(tmp_path))

@@ -26,6 +26,8 @@ OUTPUTS = {
     ),
     "sysbench-threads": "    total time:   2.0s\n    total number of events:   500\n",
     "hackbench": "Running in process mode\nTime: 1.234\n",
+    "perf-pipe": "# Running 'sched/pipe' benchmark:\n# Executed 20000 pipe operations between two processes\n\n"
+    "     Total time: 0.189 [sec]\n\n       9.474350 usecs/op\n         105548 ops/sec\n",
     "cglat": json.dumps({"workload": "cglat", "samples_us": [10100, 10200]}),
     "cgstress": json.dumps(
         {

@@ -13,7 +13,7 @@ from bwlab.paths import WORKLOAD_SRC, workload_bin_dir
 
 # Logical program name -> (executable, Debian package that provides it).
 PACKAGED = {"sysbench": ("sysbench", "sysbench"), "hackbench": ("hackbench", "rt-tests"),
-            "busybox": ("busybox", "busybox-static")}  # fmt: skip
+            "busybox": ("busybox", "busybox-static"), "perf": ("perf", "linux-perf")}  # fmt: skip
 
 
 def ours() -> tuple[str, ...]:
