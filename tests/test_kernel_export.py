@@ -79,6 +79,27 @@ noise without a role
     assert cc == ("Ben Segall <bsegall@google.com>", "linux-kernel@vger.kernel.org")
 
 
+MAINTAINERS = "CONTROL GROUP\nF:\tkernel/cgroup/\nF:\ttools/testing/selftests/cgroup/\nF:\tinclude/linux/cgroup*.h\n"
+ADDS_A_FILE = """diff --git a/tools/testing/selftests/cgroup/settings b/tools/testing/selftests/cgroup/settings
+new file mode 100644
+diff --git a/kernel/sched/fair.c b/kernel/sched/fair.c
+index 1..2 100644
+"""
+
+
+def test_a_new_file_that_maintainers_covers_needs_no_maintainers_change() -> None:
+    assert export.added_or_deleted(ADDS_A_FILE) == ["tools/testing/selftests/cgroup/settings"]
+    assert export.covered_by_maintainers(["tools/testing/selftests/cgroup/settings"], MAINTAINERS)
+    assert export.covered_by_maintainers(["include/linux/cgroup-defs.h"], MAINTAINERS)  # a glob
+    # not covered: a new directory; below a glob's directory (its * stays in one); no files
+    assert not export.covered_by_maintainers(["tools/testing/selftests/sched_bw/test.c"], MAINTAINERS)
+    assert not export.covered_by_maintainers(["include/linux/cgroup/x.h", "kernel/cgroup/a.c"], MAINTAINERS)
+    assert not export.covered_by_maintainers([], MAINTAINERS)
+    gone = "diff --git a/kernel/cgroup/old.c b/kernel/cgroup/old.c\ndeleted file mode 100644\n"
+    assert export.added_or_deleted(gone) == ["kernel/cgroup/old.c"]
+    assert export.added_or_deleted("diff --git a/x b/x\nindex 1..2 100644\n") == []
+
+
 def test_fill_cover_keeps_git_shortlog_and_adds_the_compare_table() -> None:
     generated = "Subject: [RFC PATCH 0/2] *** SUBJECT HERE ***\n\n*** BLURB HERE ***\n\nA (2):\n  x\n"
     cover = export.Cover(prefix="RFC PATCH", subject="sched: Subject", blurb="The text.")

@@ -31,6 +31,37 @@ PLACEHOLDER = "Bwlab Developers <dev@bwlab.invalid>"
 COVER = "0000-cover-letter.patch"
 # a Fixes: or commit reference cannot be looked up in a tree made from a release tarball
 CHECKPATCH_IGNORE = "UNKNOWN_COMMIT_ID"
+# checkpatch asks "does MAINTAINERS need updating?" of every patch that adds or deletes a file,
+# whether or not an entry already covers it; ignored only where one does (covered_by_maintainers)
+FILE_PATH_CHANGES = "FILE_PATH_CHANGES"
+
+
+def added_or_deleted(patch: str) -> list[str]:
+    """The files a patch adds or deletes (git's "new file mode" / "deleted file mode")."""
+    found = []
+    current = ""
+    for line in patch.splitlines():
+        if line.startswith("diff --git a/"):
+            current = line.split(" b/", 1)[-1]
+        elif line.startswith(("new file mode", "deleted file mode")) and current:
+            found.append(current)
+    return found
+
+
+def covered_by_maintainers(paths: list[str], maintainers: str) -> bool:
+    """Whether some MAINTAINERS `F:` pattern covers each path: as MAINTAINERS says, a directory
+    pattern ("dir/") everything below it, any other a glob whose wildcards stay within one
+    directory ("dir/*" the files in dir, not below). False for no paths."""
+    patterns = [line[2:].strip() for line in maintainers.splitlines() if line.startswith("F:")]
+    globs = [re.compile(re.escape(p).replace(r"\*", "[^/]*").replace(r"\?", "[^/]")) for p in patterns]
+
+    def covered(path: str) -> bool:
+        return any(
+            path.startswith(p) if p.endswith("/") else bool(g.fullmatch(path))
+            for p, g in zip(patterns, globs, strict=True)
+        )
+
+    return bool(paths) and all(covered(p) for p in paths)
 
 
 @dataclass(frozen=True)
@@ -171,9 +202,14 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
         cover_file = files[0]
         cover_file.write_text(fill_cover(cover_file.read_text(), cover, compare_table))
         findings: dict[str, str] = {}
+        maintainers = (tree / "MAINTAINERS").read_text(errors="replace")
         for f in files[1:]:
+            text = f.read_text()
+            ignore = CHECKPATCH_IGNORE
+            if covered_by_maintainers(added_or_deleted(text), maintainers):
+                ignore += f",{FILE_PATH_CHANGES}"
             check = subprocess.run(["perl", "scripts/checkpatch.pl", "--strict", "--no-tree", "--quiet",
-                                    "--ignore", CHECKPATCH_IGNORE, "-"], cwd=tree, input=f.read_text(),
+                                    "--ignore", ignore, "-"], cwd=tree, input=text,
                                    capture_output=True, text=True, check=False)  # fmt: skip
             findings[f.name] = check.stdout.strip() if check.returncode != 0 else ""
         if keep_tree is None:
