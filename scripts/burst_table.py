@@ -23,7 +23,7 @@ from bwlab.results import Result
 PERIODS = ("100ms", "50ms", "10ms")
 BURSTS = ("none", "1tick", "sized", "2ticks", "4ticks", "quota")
 SCENARIOS = ("burst-vs-slush", "burst-wide", "overdelivery", "overdelivery-small")
-POLICY_ORDER = ("mainline", "clip-slice", "slush", "slush-clip", "all")
+POLICY_ORDER = ("mainline", "clip-slice", "default-burst", "burst-clip", "slush", "slush-clip", "all", "all-slush")
 
 
 def _cell(values: list[float], digits: int) -> str:
