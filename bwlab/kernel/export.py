@@ -48,6 +48,14 @@ def added_or_deleted(patch: str) -> list[str]:
     return found
 
 
+def checkpatch_ignore(patch: str, maintainers: str) -> str:
+    """checkpatch's --ignore for a patch: UNKNOWN_COMMIT_ID always; FILE_PATH_CHANGES too when
+    every file it adds or deletes is covered by a MAINTAINERS entry already."""
+    if covered_by_maintainers(added_or_deleted(patch), maintainers):
+        return f"{CHECKPATCH_IGNORE},{FILE_PATH_CHANGES}"
+    return CHECKPATCH_IGNORE
+
+
 def covered_by_maintainers(paths: list[str], maintainers: str) -> bool:
     """Whether some MAINTAINERS `F:` pattern covers each path: as MAINTAINERS says, a directory
     pattern ("dir/") everything below it, any other a glob whose wildcards stay within one
@@ -205,11 +213,8 @@ def export(source: KernelSource, series: Series, dest: Path, identity: tuple[str
         maintainers = (tree / "MAINTAINERS").read_text(errors="replace")
         for f in files[1:]:
             text = f.read_text()
-            ignore = CHECKPATCH_IGNORE
-            if covered_by_maintainers(added_or_deleted(text), maintainers):
-                ignore += f",{FILE_PATH_CHANGES}"
             check = subprocess.run(["perl", "scripts/checkpatch.pl", "--strict", "--no-tree", "--quiet",
-                                    "--ignore", ignore, "-"], cwd=tree, input=text,
+                                    "--ignore", checkpatch_ignore(text, maintainers), "-"], cwd=tree, input=text,
                                    capture_output=True, text=True, check=False)  # fmt: skip
             findings[f.name] = check.stdout.strip() if check.returncode != 0 else ""
         if keep_tree is None:
