@@ -63,6 +63,7 @@ run | run-guests)
     echo "uname=$(uname -a)"
     echo "cpus=$(grep -c ^processor /proc/cpuinfo) $(sed -n 's/^model name[[:space:]]*: //p' /proc/cpuinfo | sort | uniq -c | tr -s ' ')"
     echo "kvm=$([ -e /dev/kvm ] && echo yes || echo no)"
+    echo "caps=$(grep '^CapEff' /proc/self/status | tr -s '\t' ' ')"
     echo "self_cgroup=$(tr '\n' ' ' < /proc/self/cgroup)"
     echo "cgroup_mounts=$(grep cgroup /proc/mounts | tr '\n' ';')"
     echo "stat_before=$(grep '^cpu ' /proc/stat)"

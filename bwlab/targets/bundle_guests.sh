@@ -17,9 +17,25 @@ esac
 # normal. Tried first on a stand-in, because the kernel command line depends on it; why it
 # failed is recorded.
 # guest/fifo (workloads/fifo.c) does what chrt -R -f -p 1 does, on machines without util-linux.
-FIFO=0
+# EPERM as root most often means a group without RT runtime: with CONFIG_RT_GROUP_SCHED every
+# cgroup but the root starts with cpu.rt_runtime_us = 0, and cgroup v2 has no file to give it
+# any (seen on a borrowed 16-core machine, whose processes run in /process_api/<id>). QEMU then
+# runs from the root group of the hierarchy holding the cpu controller (RTROOT), where the
+# system's RT runtime applies; it is ours and ends with the run, so nothing is left there.
+FIFO=0 RTROOT=""
 sleep 5 &
 NOFIFO=$("$G/fifo" $! 2>&1) && FIFO=1
+if [ $FIFO = 0 ]; then
+  root=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { v1 = $2 } $3 == "cgroup2" { v2 = $2 }
+    END { print (v1 != "" ? v1 : v2) }' /proc/mounts)
+  if [ -n "$root" ] && echo $! > "$root/cgroup.procs" 2> /dev/null; then
+    if again=$("$G/fifo" $! 2>&1); then
+      FIFO=1 RTROOT=$root
+    else
+      NOFIFO="$NOFIFO; from the root group $root too: $again"
+    fi
+  fi
+fi
 kill $! 2> /dev/null
 wait $! 2> /dev/null
 # Under --accel auto a KVM guest must say hello within this many seconds, else TCG (as the
@@ -49,6 +65,7 @@ boot_guest() {
     < /dev/null > "$OUT/guest-$g.qemu.txt" 2>&1 &
   QPID=$!
   if [ "$acc" = tcg ] && [ $FIFO = 1 ]; then
+    [ -z "$RTROOT" ] || echo $QPID > "$RTROOT/cgroup.procs" 2> /dev/null
     "$G/fifo" $QPID > /dev/null 2>&1 && TIMER="SCHED_FIFO 1"
   fi
   # a watchdog that leaves no sleep behind when it is stopped
@@ -116,6 +133,7 @@ while read -r g key hz limit traced label; do
     echo "accel=$ACC"
     echo "accel_reason=$WHY"
     echo "timer_thread=$TIMER"
+    [ -z "$RTROOT" ] || echo "qemu_cgroup=the root group of $RTROOT (its own gave SCHED_FIFO no RT runtime)"
     echo "status=$STATUS"
     echo "elapsed_s=$ELAPSED"
   } > "$OUT/guest-$g.txt"
