@@ -229,6 +229,23 @@ def build_parser() -> argparse.ArgumentParser:
                    "run.sh uses the machine's CPU count or BWLAB_VCPUS")  # fmt: skip
     p.set_defaults(func=Command("bundle", "cmd_bundle"))
 
+    guest = sub.add_parser("guest", help="a lab kernel booted with this machine's own programs: exec, shell")
+    gsub = guest.add_subparsers(dest="guest_command", required=True, parser_class=Parser)
+    for verb, helptext in (("exec", "run one command in the guest; its output, its exit status"),
+                           ("shell", "an interactive shell in the guest (Ctrl-A X stops QEMU)")):  # fmt: skip
+        p = gsub.add_parser(verb, help=helptext)
+        p.add_argument("--kernel", required=True, metavar="KEY", help="a built kernel by key (bwlab kernel list)")
+        p.add_argument("--vcpus", type=int, default=2, help="guest CPUs (default 2)")
+        p.add_argument("--memory", default="2G", help="guest memory, as QEMU's -m takes it (default 2G)")
+        p.add_argument("--policy", choices=policies.names(), help="a patched kernel's policy (sched/features)")
+        p.add_argument("--accel", choices=ACCELS, default="auto", help="kvm, tcg, or auto (the default)")
+        p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
+                       help="an environment variable for the command (repeatable)")  # fmt: skip
+        if verb == "exec":
+            p.add_argument("--timeout", type=float, metavar="S", help="stop the guest after S seconds (exit 124)")
+            p.add_argument("argv", nargs="+", metavar="CMD", help="the command and its arguments, after --")
+        p.set_defaults(func=Command("guest", f"cmd_{verb}"))
+
     p = sub.add_parser("ingest", help="results from the output of a bundle's run.sh")
     p.add_argument("dir", metavar="OUT", help="the directory run.sh wrote")
     p.add_argument("--out", metavar="DIR", help="where the results go (default: OUT/results)")

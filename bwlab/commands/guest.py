@@ -1,0 +1,37 @@
+"""`bwlab guest exec|shell`: a lab kernel with this machine's own programs (targets/hostroot.py)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from bwlab.commands import common
+from bwlab.errors import BwlabError
+from bwlab.targets import hostroot, qemu
+
+
+def _run(args: argparse.Namespace, argv: list[str], interactive: bool, timeout_s: float | None) -> int:
+    if args.vcpus < 1 or args.vcpus > 64:
+        raise BwlabError(f"--vcpus {args.vcpus}: expected 1 to 64 (the lab kernel's NR_CPUS)")
+    image = common.guest_image(args)
+    accel = qemu.choose_accel(args.accel, image)
+    env = hostroot.parse_env(args.env)
+    try:
+        done = hostroot.run(image, argv, vcpus=args.vcpus, policy=args.policy, accel=accel.name,
+                            memory=args.memory, env=env, timeout_s=timeout_s, interactive=interactive)  # fmt: skip
+    except hostroot.Timeout as exc:
+        sys.stderr.write(f"bwlab: {exc}\n")
+        return 124
+    if not done.timer_thread.startswith("SCHED_FIFO") and accel.name == "tcg":
+        sys.stderr.write(f"bwlab: note: QEMU's main loop {done.timer_thread}\n")
+    return done.status
+
+
+def cmd_exec(args: argparse.Namespace) -> int:
+    return _run(args, list(args.argv), False, args.timeout)
+
+
+def cmd_shell(args: argparse.Namespace) -> int:
+    if not sys.stdin.isatty():
+        raise BwlabError("guest shell needs a terminal on stdin (for a command, use bwlab guest exec)")
+    return _run(args, [], True, None)

@@ -1,0 +1,71 @@
+#!/bin/sh
+# PID 1 of a host-userland guest (bwlab/targets/hostroot.py). The kernel mounted the host's /
+# read-only over virtio 9p as its root and runs this file from there with the host's /bin/sh.
+#
+# Stage 1 (no argument): a tmpfs-backed overlay over that root, so that every path is writable
+# in the guest and nothing is ever written to the host; pivot into it and start stage 2.
+# Stage 2 ("stage2"): the guest's own /proc, /sys, /dev, /run, /tmp, debugfs, tracefs and
+# cgroup2 with every controller on for children; loopback up; the exec share (the host's
+# command, its working directory and environment; the guest's answers) at /run/bwlab-exec;
+# the bandwidth policy's sched/features writes; then the command: stdout to ttyS1, stderr to
+# ttyS2, stdin from /dev/null (`exec`), or a login shell on the console (`shell`). Its exit
+# status goes to the share, and the guest reboots, which ends QEMU (-no-reboot).
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
+self=$(readlink -f "$0")
+if [ "${1:-}" != stage2 ]; then
+  mount -t tmpfs -o mode=0755 bwlab-rw /run || exec /bin/busybox reboot -f
+  mkdir /run/upper /run/work /run/new
+  mount -t overlay overlay -o lowerdir=/,upperdir=/run/upper,workdir=/run/work /run/new ||
+    exec /bin/busybox reboot -f
+  cd /run/new || exec /bin/busybox reboot -f
+  mkdir -p .bwlab-oldroot
+  pivot_root . .bwlab-oldroot || exec /bin/busybox reboot -f
+  exec chroot . /bin/sh "$self" stage2
+fi
+mount -t proc proc /proc
+mount -t sysfs sys /sys
+mount -t devtmpfs dev /dev
+mkdir -p /dev/pts /dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
+mount -t tmpfs -o mode=1777 shm /dev/shm
+umount -l /.bwlab-oldroot && rmdir /.bwlab-oldroot
+mount -t tmpfs -o mode=0755 run /run
+mount -t tmpfs -o mode=1777 tmp /tmp
+mount -t debugfs debugfs /sys/kernel/debug
+mount -t tracefs tracefs /sys/kernel/tracing 2> /dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
+  echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2> /dev/null
+done
+/bin/busybox hostname bwlab-guest
+/bin/busybox ip link set lo up 2> /dev/null
+X=/run/bwlab-exec
+mkdir -p $X
+mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 bwlab-exec $X || exec /bin/busybox reboot -f
+cut -d ' ' -f 1 /proc/uptime > $X/started
+for f in $(cat $X/features 2> /dev/null); do
+  echo "$f" > /sys/kernel/debug/sched/features || echo "bwlab guest: cannot write $f to sched/features" >&2
+done
+status=0
+if [ -e $X/interactive ]; then
+  # a shell with the console as its controlling terminal (job control, ^C)
+  setsid -c /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" 2> /dev/null; exec \${SHELL:-/bin/sh} -l" \
+    < /dev/ttyS0 > /dev/ttyS0 2>&1 || status=$?
+else
+  # the command writes to pipes, as under ssh without -t: no colours, no progress spinners
+  stty -F /dev/ttyS1 raw -echo
+  stty -F /dev/ttyS2 raw -echo
+  mkfifo /run/bwlab-out /run/bwlab-err
+  cat /run/bwlab-out > /dev/ttyS1 &
+  out=$!
+  cat /run/bwlab-err > /dev/ttyS2 &
+  err=$!
+  /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" || exit 126; . $X/command" < /dev/null > /run/bwlab-out \
+    2> /run/bwlab-err || status=$?
+  # what the command left running may hold the pipes open: its output gets 2 s more
+  (sleep 2 && kill $out $err 2> /dev/null) &
+  wait $out $err
+fi
+echo $status > $X/status.tmp && mv $X/status.tmp $X/status
+sync
+exec /bin/busybox reboot -f

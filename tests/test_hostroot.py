@@ -1,0 +1,56 @@
+"""Host-userland guests (bwlab/targets/hostroot.py): what the host hands the guest, checked here
+without a guest (the share's env and command files run by the host's own /bin/sh, the kernel
+command line, bad input); the guest itself in test_hostroot_real.py."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from bwlab.errors import BwlabError
+from bwlab.targets import hostroot
+
+from conftest import bwlab
+
+
+def test_kernel_args_boot_the_hosts_root_read_only_into_the_init() -> None:
+    args = hostroot.kernel_args(fifo=True, interactive=False).split()
+    assert "root=/dev/root" in args and "rootfstype=9p" in args and "ro" in args
+    assert f"init={hostroot.INIT}" in args and "tsc=reliable" in args
+    assert "tsc=reliable" not in hostroot.kernel_args(fifo=False, interactive=False).split()
+    assert hostroot.INIT.is_file() and hostroot.INIT.stat().st_mode & 0o111  # the kernel execs it
+
+
+@pytest.mark.parametrize("item", ["NOEQUALS", "=x", "1A=x", "A-B=x", "A B=x"])
+def test_a_malformed_env_is_an_error(item: str) -> None:
+    with pytest.raises(BwlabError, match="expected NAME=VALUE"):
+        hostroot.parse_env([item])
+
+
+def test_the_share_carries_argv_cwd_and_env_through_sh_unchanged(tmp_path: Path) -> None:
+    """What the guest's init does with the share (`. env; cd "$BWLAB_CWD"; . command`), done by
+    this host's /bin/sh: arguments and values with spaces, quotes and $ arrive as given."""
+    share = tmp_path / "share"
+    share.mkdir()
+    odd = "a b 'c' \"d\" $HOME `x` \\ ;"
+    env = hostroot.parse_env([f"ODD={odd}", "EMPTY="])
+    argv = ["/bin/sh", "-c", 'printf "%s|" "$@" "$ODD" "$EMPTY" "$(pwd)"', "sh", odd, ""]
+    hostroot.write_share(share, argv, str(tmp_path), env, ["BW_SLUSH", "NO_BW_CLIP_SLICE"], False)
+    script = f'. {share}/env; cd "$BWLAB_CWD" || exit 126; . {share}/command'
+    got = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True, env={})
+    assert got.stdout == f"{odd}||{odd}||{tmp_path}|"
+    assert (share / "features").read_text().split() == ["BW_SLUSH", "NO_BW_CLIP_SLICE"]
+    assert not (share / "interactive").exists()
+
+
+def test_bad_input_is_one_line() -> None:
+    res = bwlab("guest", "exec", "--kernel", "7.3.4-000000000000", "--", "true")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "no built kernel" in res.stderr, res.stderr
+    res = bwlab("guest", "exec", "--kernel", "7.3.4-000000000000")
+    assert res.returncode == 2 and "CMD" in res.stderr, res.stderr
+    res = bwlab("guest", "exec", "--kernel", "x", "--env", "1=2", "--", "true")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
+    res = bwlab("guest", "shell", "--kernel", "x")  # stdin is not a terminal here
+    assert res.returncode == 1 and "terminal" in res.stderr, res.stderr
