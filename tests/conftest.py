@@ -40,6 +40,15 @@ def bwlab(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
+def baseline_kernel() -> str:
+    """The lab's v7.3.4 kernel, fetched and built if it is not in the cache: its key."""
+    fetch = bwlab("kernel", "fetch", timeout=1800)
+    assert fetch.returncode == 0, fetch.stderr
+    build = bwlab("kernel", "build", "--baseline", timeout=3600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    return build.stdout.split()[0]
+
+
 def _children() -> dict[int, list[int]]:
     """Parent pid -> child pids, of every live process."""
     tree: dict[int, list[int]] = {}

@@ -22,6 +22,7 @@ from conftest import (
     TINY,
     assert_agrees_with_truth,
     assert_truth_knows_known_demand,
+    baseline_kernel,
     bwlab,
     interrupt_when,
     pids_with,
@@ -35,11 +36,7 @@ pytestmark = pytest.mark.guest
 
 @pytest.fixture(scope="module")
 def kernel_key() -> str:
-    fetch = bwlab("kernel", "fetch", timeout=1800)
-    assert fetch.returncode == 0, fetch.stderr
-    build = bwlab("kernel", "build", "--baseline", timeout=3600)
-    assert build.returncode == 0, build.stderr[-2000:]
-    key = build.stdout.split()[0]
+    key = baseline_kernel()
     again = bwlab("kernel", "build", "--baseline", timeout=60)  # cached: instant
     assert again.returncode == 0 and again.stdout.split()[0] == key
     return key

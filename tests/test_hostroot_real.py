@@ -19,18 +19,14 @@ import pytest
 from bwlab.kernel.build import image_by_key
 from bwlab.targets import hostroot
 
-from conftest import DATA, REPO, bwlab
+from conftest import DATA, REPO, baseline_kernel, bwlab
 
 pytestmark = pytest.mark.guest
 
 
 @pytest.fixture(scope="module")
 def kernel_key() -> str:
-    fetch = bwlab("kernel", "fetch", timeout=1800)
-    assert fetch.returncode == 0, fetch.stderr
-    build = bwlab("kernel", "build", "--baseline", timeout=3600)
-    assert build.returncode == 0, build.stderr[-2000:]
-    return build.stdout.split()[0]
+    return baseline_kernel()
 
 
 def test_exec_returns_output_and_status_and_writes_nothing_here(kernel_key: str) -> None:
