@@ -7,7 +7,8 @@
 set -eu
 cd "$(dirname "$0")/.."
 [ $# -eq 3 ] || { echo "usage: live_v2_distribution.sh KEY N PERIOD" >&2; exit 2; }
-exec .venv/bin/bwlab guest exec --kernel "$1" --accel tcg -- sh -c '
+exec .venv/bin/bwlab guest exec --kernel "$1" --accel tcg --timeout 3600 -- sh -c '
+  set -eu
   n=$(nproc) runs=$1 period=$2
   G=/sys/fs/cgroup/bwlab-live-dist
   mkdir $G

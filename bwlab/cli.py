@@ -241,6 +241,8 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--accel", choices=ACCELS, default="auto", help="kvm, tcg, or auto (the default)")
         p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="an environment variable for the command (repeatable)")  # fmt: skip
+        p.add_argument("-v", "--verbose", action="store_true",
+                       help="say after the command how QEMU ran and how long the boot took (on stderr)")  # fmt: skip
         if verb == "exec":
             p.add_argument("--timeout", type=float, metavar="S", help="stop the guest after S seconds (exit 124)")
             p.add_argument("argv", nargs="+", metavar="CMD", help="the command and its arguments, after --")
@@ -359,6 +361,7 @@ def _on_sigterm(signum: int, frame: FrameType | None) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGTERM, _on_sigterm)
+    signal.signal(signal.SIGHUP, _on_sigterm)  # a closed terminal or ssh session: clean up as for SIGTERM
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

@@ -23,7 +23,7 @@ def test_kernel_args_boot_the_hosts_root_read_only_into_the_init() -> None:
     assert hostroot.INIT.is_file() and hostroot.INIT.stat().st_mode & 0o111  # the kernel execs it
 
 
-@pytest.mark.parametrize("item", ["NOEQUALS", "=x", "1A=x", "A-B=x", "A B=x"])
+@pytest.mark.parametrize("item", ["NOEQUALS", "=x", "1A=x", "A-B=x", "A B=x", "\u00c9=x", "A\u00b2=x"])
 def test_a_malformed_env_is_an_error(item: str) -> None:
     with pytest.raises(BwlabError, match="expected NAME=VALUE"):
         hostroot.parse_env([item])
@@ -39,10 +39,30 @@ def test_the_share_carries_argv_cwd_and_env_through_sh_unchanged(tmp_path: Path)
     argv = ["/bin/sh", "-c", 'printf "%s|" "$@" "$ODD" "$EMPTY" "$(pwd)"', "sh", odd, ""]
     hostroot.write_share(share, argv, str(tmp_path), env, ["BW_SLUSH", "NO_BW_CLIP_SLICE"], False)
     script = f'. {share}/env; cd "$BWLAB_CWD" || exit 126; . {share}/command'
+    # the init's own line, as it stands there (escaped in its double quotes)
+    assert '. $X/env; cd \\"\\$BWLAB_CWD\\" || exit 126; . $X/command' in hostroot.INIT.read_text()
     got = subprocess.run(["/bin/sh", "-c", script], capture_output=True, text=True, check=True, env={})
     assert got.stdout == f"{odd}||{odd}||{tmp_path}|"
     assert (share / "features").read_text().split() == ["BW_SLUSH", "NO_BW_CLIP_SLICE"]
     assert not (share / "interactive").exists()
+
+
+def test_env_may_set_what_the_guest_sets_by_default(tmp_path: Path) -> None:
+    hostroot.write_share(tmp_path, ["true"], "/", {"HOME": "/x", "BWLAB_CWD": "/ignored"}, None, False)
+    text = (tmp_path / "env").read_text()
+    assert "export HOME=/x\n" in text and text.endswith("export BWLAB_CWD=/\n")  # the cwd is bwlab's
+
+
+@pytest.mark.parametrize("cwd", ["/run", "/run/user/0", "/proc/1", "/sys", "/dev/shm"])
+def test_a_working_directory_the_guest_remounts_is_an_error(tmp_path: Path, cwd: str) -> None:
+    with pytest.raises(BwlabError, match="mounts afresh"):
+        hostroot.check_paths(tmp_path, cwd)
+    hostroot.check_paths(tmp_path, "/running")  # a prefix of a name is not the directory
+
+
+def test_a_comma_in_the_temporary_directory_is_an_error(tmp_path: Path) -> None:
+    with pytest.raises(BwlabError, match="comma"):
+        hostroot.check_paths(tmp_path / "a,b", "/")
 
 
 def test_bad_input_is_one_line() -> None:
@@ -51,6 +71,6 @@ def test_bad_input_is_one_line() -> None:
     res = bwlab("guest", "exec", "--kernel", "7.3.4-000000000000")
     assert res.returncode == 2 and "CMD" in res.stderr, res.stderr
     res = bwlab("guest", "exec", "--kernel", "x", "--env", "1=2", "--", "true")
-    assert res.returncode == 1 and res.stderr.count("\n") == 1, res.stderr
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "expected NAME=VALUE" in res.stderr, res.stderr
     res = bwlab("guest", "shell", "--kernel", "x")  # stdin is not a terminal here
     assert res.returncode == 1 and "terminal" in res.stderr, res.stderr

@@ -12,6 +12,11 @@ from __future__ import annotations
 
 import io
 import json
+import signal
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,7 +24,7 @@ import pytest
 from bwlab.kernel.build import image_by_key
 from bwlab.targets import hostroot
 
-from conftest import DATA, REPO, baseline_kernel, bwlab
+from conftest import DATA, REPO, baseline_kernel, bwlab, pids_with
 
 pytestmark = pytest.mark.guest
 
@@ -43,6 +48,41 @@ def test_exec_returns_output_and_status_and_writes_nothing_here(kernel_key: str)
     assert not mark.exists()  # the guest's writes stay in its overlay
 
 
+def test_output_arrives_whole_from_a_directory_with_spaces(kernel_key: str, tmp_path: Path) -> None:
+    """2 MB of output arrives byte for byte; a working directory under the host's /tmp, its name
+    with a space, is the command's; a child left running with the pipes open does not hold the
+    guest past its 2 s."""
+    where = tmp_path / "a dir"
+    where.mkdir()
+    script = "seq 300000; pwd >&2; sleep 1000 &"
+    res = subprocess.run([*bwlab_argv(), "guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh", "-c",
+                          script], cwd=where, capture_output=True, timeout=300)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert res.stdout == subprocess.run(["seq", "300000"], capture_output=True, check=True).stdout
+    assert res.stderr == f"{where}\n".encode()
+
+
+def test_timeout_and_interrupt_leave_nothing(kernel_key: str, tmp_path: Path) -> None:
+    """--timeout: exit 124, what was printed before it kept; SIGTERM (as SIGINT): exit 130; after
+    both no QEMU of this kernel runs and no share is left in the temporary directory."""
+    before = set(Path(tempfile.gettempdir()).glob("bwlab-exec-*"))
+    res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--timeout", "40", "--", "sh", "-c",
+                "echo started; exec sleep 1000", timeout=300)  # fmt: skip
+    assert res.returncode == 124 and res.stdout == "started\n" and "within 40 s" in res.stderr, res
+    image = image_by_key(kernel_key)
+    assert image is not None and not pids_with(str(image.bzimage))
+    proc = subprocess.Popen([*bwlab_argv(), "guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh", "-c",
+                             "echo started; exec sleep 1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=REPO, start_new_session=True)  # fmt: skip
+    assert proc.stdout is not None
+    assert proc.stdout.readline() == b"started\n"  # the command runs in the guest
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130 and b"interrupted" in err, err
+    assert not pids_with(str(image.bzimage))
+    assert set(Path(tempfile.gettempdir()).glob("bwlab-exec-*")) == before
+
+
 def test_boot_to_command(kernel_key: str) -> None:
     """Not a timing bound (benchmarks hold speed goals): the time to the command, printed for
     docs/live.md, and a one-line error for a command that is not there."""
@@ -55,6 +95,10 @@ def test_boot_to_command(kernel_key: str) -> None:
           f"timer thread {done.timer_thread}")  # fmt: skip
     missing = hostroot.run(image, ["/no/such/program"], stdout=out, stderr=err, timeout_s=300)
     assert missing.status == 127 and b"/no/such/program" in err.getvalue()
+
+
+def bwlab_argv() -> list[str]:
+    return [sys.executable, "-m", "bwlab.cli"]
 
 
 def _results(stdout: str) -> dict[str, list[Any]]:

@@ -13,17 +13,19 @@ from bwlab.targets import hostroot, qemu
 def _run(args: argparse.Namespace, argv: list[str], interactive: bool, timeout_s: float | None) -> int:
     if args.vcpus < 1 or args.vcpus > 64:
         raise BwlabError(f"--vcpus {args.vcpus}: expected 1 to 64 (the lab kernel's NR_CPUS)")
+    env = hostroot.parse_env(args.env)
     image = common.guest_image(args)
     accel = qemu.choose_accel(args.accel, image)
-    env = hostroot.parse_env(args.env)
     try:
         done = hostroot.run(image, argv, vcpus=args.vcpus, policy=args.policy, accel=accel.name,
                             memory=args.memory, env=env, timeout_s=timeout_s, interactive=interactive)  # fmt: skip
     except hostroot.Timeout as exc:
         sys.stderr.write(f"bwlab: {exc}\n")
         return 124
-    if not done.timer_thread.startswith("SCHED_FIFO") and accel.name == "tcg":
-        sys.stderr.write(f"bwlab: note: QEMU's main loop {done.timer_thread}\n")
+    if args.verbose:  # on request only: the command's stderr is its own
+        sys.stderr.write(f"bwlab: {accel.name} ({accel.reason}); QEMU's main loop {done.timer_thread}; the "
+                         f"command started at {done.started_s:.2f} s of guest uptime, {done.elapsed_s:.1f} s "
+                         f"in all\n")  # fmt: skip
     return done.status
 
 

@@ -14,13 +14,17 @@ that need a full userland (the live tools on real cgroup v2, any dynamic program
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import math
 import os
+import re
 import shlex
 import shutil
 import signal
 import subprocess
 import sys
 import tempfile
+import termios
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -34,8 +38,11 @@ from bwlab.targets import qemu
 INIT = Path(__file__).with_name("hostroot_init.sh")
 SHARE_TAG = "bwlab-exec"
 # What the guest's command inherits from here (the rest of this environment stays here)
-PASSED_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "TZ", "CI", "BWLAB_CACHE", "PYTHONPATH", "GOPATH", "JAVA_HOME")
-ENV_NAME = "BWLAB_[A-Z_]+ or another name of letters, digits and _"
+PASSED_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "TZ", "SHELL", "CI", "BWLAB_CACHE", "PYTHONPATH", "GOPATH", "JAVA_HOME")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# The guest mounts its own filesystems here: a working directory under them would not exist
+GUEST_MOUNTS = ("/run", "/proc", "/sys", "/dev")
+PR_SET_PDEATHSIG = 1
 
 
 class Timeout(BwlabError):
@@ -60,20 +67,19 @@ def kernel_args(fifo: bool, interactive: bool) -> str:
     ])  # fmt: skip
 
 
-def qemu_command(image: KernelImage, share: Path, vcpus: int, memory: str, fifo: bool, accel: str,
+def qemu_command(image: KernelImage, work: Path, vcpus: int, memory: str, fifo: bool, accel: str,
                  interactive: bool) -> list[str]:  # fmt: skip
+    """QEMU for a guest whose share is work/share; its console in work/console (`exec`) or on
+    this terminal (`shell`, where Ctrl-A X stops QEMU)."""
     machine = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
-    if interactive:
-        serial = ["-serial", "mon:stdio"]
-    else:
-        serial = [arg for name in ("console", "stdout", "stderr") for arg in ("-serial", f"file:{share / name}")]
+    serial = ["-serial", "mon:stdio"] if interactive else ["-serial", f"file:{work / 'console'}"]
     return [
         qemu.QEMU, *machine, "-smp", str(vcpus), "-m", memory,
         "-nographic", "-no-reboot", "-monitor", "none", "-vga", "none", "-nic", "none",
         "-kernel", str(image.bzimage), "-append", kernel_args(fifo, interactive),
         "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
         "-device", "virtio-9p-pci,fsdev=root,mount_tag=/dev/root",
-        "-fsdev", f"local,id=exec,path={share},security_model=none,multidevs=remap",
+        "-fsdev", f"local,id=exec,path={work / 'share'},security_model=none,multidevs=remap",
         "-device", f"virtio-9p-pci,fsdev=exec,mount_tag={SHARE_TAG}",
         *serial,
     ]  # fmt: skip
@@ -84,16 +90,33 @@ def parse_env(items: list[str]) -> dict[str, str]:
     env = {}
     for item in items:
         name, sep, value = item.partition("=")
-        if not sep or not name or not (name[0].isalpha() or name[0] == "_") or not name.replace("_", "a").isalnum():
-            raise BwlabError(f"--env {item!r}: expected NAME=VALUE ({ENV_NAME})")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise BwlabError(f"--env {item!r}: expected NAME=VALUE, NAME of ASCII letters, digits and _")
         env[name] = value
     return env
+
+
+def check_paths(share: Path, cwd: str) -> None:
+    """What QEMU's options and the kernel's command line cannot carry, as one-line errors."""
+    if "," in str(share):
+        raise BwlabError(f"guest exec: the temporary directory {share} has a comma, which QEMU's options cannot "
+                         f"carry: set TMPDIR to a path without one")  # fmt: skip
+    if any(c.isspace() for c in str(INIT)) or not os.access(INIT, os.X_OK):
+        raise BwlabError(f"guest exec: {INIT} must be executable and its path free of spaces (the kernel's init=)")
+    if any(cwd == m or cwd.startswith(m + "/") for m in GUEST_MOUNTS):
+        raise BwlabError(f"guest exec: the working directory {cwd} is under {', '.join(GUEST_MOUNTS)}, which the "
+                         f"guest mounts afresh: run from another directory")  # fmt: skip
 
 
 def write_share(share: Path, argv: list[str], cwd: str, env: dict[str, str], features: list[str] | None,
                 interactive: bool) -> None:  # fmt: skip
     passed = {k: os.environ[k] for k in PASSED_ENV if k in os.environ}
-    passed.update(HOME="/root", USER="root", LOGNAME="root", BWLAB_CWD=cwd, **env)
+    passed.update({"HOME": "/root", "USER": "root", "LOGNAME": "root"})
+    if interactive and sys.stdin.isatty():
+        size = os.get_terminal_size(sys.stdin.fileno())
+        passed.update({"LINES": str(size.lines), "COLUMNS": str(size.columns)})
+    passed.update(env)
+    passed["BWLAB_CWD"] = cwd
     (share / "env").write_text("".join(f"export {k}={shlex.quote(v)}\n" for k, v in passed.items()))
     (share / "command").write_text(f"exec {shlex.join(argv)}\n")
     if features:
@@ -121,66 +144,95 @@ class _Tail:
             self.sink.flush()
 
 
+def _die_with_parent() -> None:
+    """In QEMU's child before exec: killed if bwlab dies without cleaning up (SIGKILL, a crash)."""
+    ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+
+
+def _stop(proc: subprocess.Popen[bytes], interactive: bool) -> None:
+    if proc.poll() is not None:
+        return
+    with contextlib.suppress(ProcessLookupError):
+        if interactive:  # QEMU shares this terminal's session: only it is stopped, and may restore it
+            proc.terminate()
+            try:
+                proc.wait(5)
+                return
+            except subprocess.TimeoutExpired:
+                proc.kill()
+        else:
+            os.killpg(proc.pid, signal.SIGKILL)
+    proc.wait()
+
+
 def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None = None, accel: str = "tcg",
         memory: str = "2G", env: dict[str, str] | None = None, cwd: str | None = None,
         timeout_s: float | None = None, interactive: bool = False,
         stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> ExecResult:  # fmt: skip
     """Boot `image` with the host's userland and run `argv` in it (or a shell if `interactive`);
-    the command's exit status. QEMU is killed and the share removed on timeout or interrupt."""
+    the command's exit status. QEMU is killed and the temporary files removed on timeout or
+    interrupt (and QEMU if this process is killed)."""
     if shutil.which(qemu.QEMU) is None:
         raise BwlabError(f"{qemu.QEMU} is not installed (apt-get install qemu-system-x86)")
     if not image.bzimage.is_file():
         raise BwlabError(f"kernel image {image.bzimage} is missing: run 'bwlab kernel build'")
     if not interactive and not argv:
         raise BwlabError("guest exec: no command (bwlab guest exec --kernel KEY -- CMD [ARG...])")
+    if timeout_s is not None and not (math.isfinite(timeout_s) and timeout_s > 0):
+        raise BwlabError(f"guest exec: --timeout {timeout_s}: expected a positive number of seconds")
     if policy and not image.patches:
         raise BwlabError(f"--policy {policy} needs a patched kernel; kernel {image.key} has no patches")
     features = policies.feature_writes(policy) if policy else None
     if not Path("/bin/busybox").is_file():
         raise BwlabError("guest exec needs /bin/busybox (apt-get install busybox-static; scripts/setup.sh does)")
+    workdir = cwd or os.getcwd()
     out = stdout or sys.stdout.buffer
     err = stderr or sys.stderr.buffer
     with tempfile.TemporaryDirectory(prefix="bwlab-exec-") as tmp_name:
-        share = Path(tmp_name)
-        write_share(share, argv, cwd or os.getcwd(), env or {}, features, interactive)
-        fifo, timer_thread = qemu.timer_priority_plan()
-        fifo = fifo and accel == "tcg"
-        cmd = qemu_command(image, share, vcpus, memory, fifo, accel, interactive)
+        work = Path(tmp_name)
+        share = work / "share"
+        share.mkdir()
+        check_paths(share, workdir)
+        write_share(share, argv, workdir, env or {}, features, interactive)
+        fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")
+        cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive)
         tails = [] if interactive else [_Tail(share / "stdout", out), _Tail(share / "stderr", err)]
+        saved = termios.tcgetattr(sys.stdin.fileno()) if interactive and sys.stdin.isatty() else None
         start = time.monotonic()
-        proc = subprocess.Popen(cmd, stdin=None if interactive else subprocess.DEVNULL,
-                                stdout=None if interactive else subprocess.DEVNULL, stderr=subprocess.PIPE,
-                                start_new_session=not interactive)  # fmt: skip
-        try:
-            if fifo:
-                timer_thread = qemu.prioritize_timers(proc.pid)
-            while proc.poll() is None:
+        with (work / "qemu.err").open("wb") as qemu_err:
+            proc = subprocess.Popen(cmd, stdin=None if interactive else subprocess.DEVNULL,
+                                    stdout=None if interactive else subprocess.DEVNULL, stderr=qemu_err,
+                                    start_new_session=not interactive, preexec_fn=_die_with_parent)  # fmt: skip
+            try:
+                if fifo:
+                    timer_thread = qemu.prioritize_timers(proc.pid)
+                while proc.poll() is None:
+                    for tail in tails:
+                        tail.pump()
+                    if timeout_s is not None and time.monotonic() - start > timeout_s:
+                        raise Timeout(f"guest exec: the command did not finish within {timeout_s:g} s; QEMU stopped")
+                    time.sleep(0.05)
+            finally:
+                _stop(proc, interactive)
+                if saved is not None:  # QEMU killed before it could restore the terminal
+                    termios.tcsetattr(sys.stdin.fileno(), termios.TCSADRAIN, saved)
                 for tail in tails:
                     tail.pump()
-                if timeout_s is not None and time.monotonic() - start > timeout_s:
-                    raise Timeout(f"guest exec: the command did not finish within {timeout_s:g} s; "
-                                     f"QEMU stopped")  # fmt: skip
-                time.sleep(0.05)
-        finally:
-            if proc.poll() is None:
-                with contextlib.suppress(ProcessLookupError):
-                    if interactive:  # QEMU shares this terminal's session: only it is stopped
-                        proc.kill()
-                    else:
-                        os.killpg(proc.pid, signal.SIGKILL)
-            _, qemu_err = proc.communicate()
-        for tail in tails:
-            tail.pump()
         elapsed = time.monotonic() - start
+        if (share / "failed").is_file():
+            raise BwlabError(f"guest exec: in the guest, {(share / 'failed').read_text().strip()}")
         status_file = share / "status"
         if not status_file.is_file():
+            if interactive:  # Ctrl-A X: QEMU stopped by the user
+                return ExecResult(status=0, started_s=math.nan, elapsed_s=elapsed, timer_thread=timer_thread)
             console_tail = ""
-            if (share / "console").is_file():
-                last = (share / "console").read_text(errors="replace").strip().splitlines()[-6:]
+            if (work / "console").is_file():
+                last = (work / "console").read_text(errors="replace").strip().splitlines()[-6:]
                 console_tail = "; console: " + " | ".join(last)
-            problem = qemu_err.decode(errors="replace").strip().splitlines()[-1:] if proc.returncode else []
-            raise BwlabError(f"guest exec: the guest ended without running the command to its end"
-                             f"{' (qemu: ' + problem[0] + ')' if problem else ''}{console_tail}")  # fmt: skip
+            problem = (work / "qemu.err").read_text(errors="replace").strip().splitlines()[-1:]
+            qemu_said = f" (qemu: {problem[0]})" if problem and proc.returncode else ""
+            raise BwlabError(f"guest exec: the guest ended without running the command to its end{qemu_said}"
+                             f"{console_tail}")  # fmt: skip
         started = (share / "started").read_text().strip() if (share / "started").is_file() else "nan"
         return ExecResult(status=int(status_file.read_text().strip() or "1"), started_s=float(started),
                           elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip

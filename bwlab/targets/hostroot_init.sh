@@ -4,12 +4,14 @@
 #
 # Stage 1 (no argument): a tmpfs-backed overlay over that root, so that every path is writable
 # in the guest and nothing is ever written to the host; pivot into it and start stage 2.
-# Stage 2 ("stage2"): the guest's own /proc, /sys, /dev, /run, /tmp, debugfs, tracefs and
-# cgroup2 with every controller on for children; loopback up; the exec share (the host's
-# command, its working directory and environment; the guest's answers) at /run/bwlab-exec;
-# the bandwidth policy's sched/features writes; then the command: stdout to ttyS1, stderr to
-# ttyS2, stdin from /dev/null (`exec`), or a login shell on the console (`shell`). Its exit
-# status goes to the share, and the guest reboots, which ends QEMU (-no-reboot).
+# Stage 2 ("stage2"): the guest's own /proc, /sys, /dev, /run, debugfs, tracefs and cgroup2
+# with every controller on for children (/tmp is the host's, written in the overlay); loopback
+# up; the exec share (the host's command, its working directory and environment; the guest's
+# answers) at /run/bwlab-exec; the bandwidth policy's sched/features writes; then the command,
+# stdin from /dev/null, its stdout and stderr through pipes into the share's files, which the
+# host copies out as they grow (`exec`), or a login shell on the console (`shell`). Its exit
+# status goes to the share, and the guest reboots, which ends QEMU (-no-reboot). What keeps
+# the command from running is written to the share's `failed`, for the host to say.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 self=$(readlink -f "$0")
 if [ "${1:-}" != stage2 ]; then
@@ -25,40 +27,43 @@ fi
 mount -t proc proc /proc
 mount -t sysfs sys /sys
 mount -t devtmpfs dev /dev
-mkdir -p /dev/pts /dev/shm
-mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts
-mount -t tmpfs -o mode=1777 shm /dev/shm
-umount -l /.bwlab-oldroot && rmdir /.bwlab-oldroot
 mount -t tmpfs -o mode=0755 run /run
-mount -t tmpfs -o mode=1777 tmp /tmp
-mount -t debugfs debugfs /sys/kernel/debug
-mount -t tracefs tracefs /sys/kernel/tracing 2> /dev/null
-mount -t cgroup2 cgroup2 /sys/fs/cgroup
-for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
-  echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control 2> /dev/null
-done
-/bin/busybox hostname bwlab-guest
-/bin/busybox ip link set lo up 2> /dev/null
 X=/run/bwlab-exec
 mkdir -p $X
 mount -t 9p -o trans=virtio,version=9p2000.L,msize=262144 bwlab-exec $X || exec /bin/busybox reboot -f
-cut -d ' ' -f 1 /proc/uptime > $X/started
-for f in $(cat $X/features 2> /dev/null); do
-  echo "$f" > /sys/kernel/debug/sched/features || echo "bwlab guest: cannot write $f to sched/features" >&2
+fail() {
+  echo "$*" > $X/failed
+  sync
+  exec /bin/busybox reboot -f
+}
+mkdir -p /dev/pts /dev/shm
+mount -t devpts -o newinstance,ptmxmode=0666 devpts /dev/pts || fail "cannot mount devpts"
+mount -t tmpfs -o mode=1777 shm /dev/shm || fail "cannot mount /dev/shm"
+umount -l /.bwlab-oldroot && rmdir /.bwlab-oldroot
+mount -t debugfs debugfs /sys/kernel/debug || fail "cannot mount debugfs"
+mount -t tracefs tracefs /sys/kernel/tracing 2> /dev/null
+mount -t cgroup2 cgroup2 /sys/fs/cgroup || fail "cannot mount cgroup2"
+for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
+  echo "+$c" > /sys/fs/cgroup/cgroup.subtree_control || fail "cannot enable the $c controller"
 done
+/bin/busybox hostname bwlab-guest
+/bin/busybox ip link set lo up 2> /dev/null
+for f in $(cat $X/features 2> /dev/null); do
+  echo "$f" > /sys/kernel/debug/sched/features || fail "cannot write $f to /sys/kernel/debug/sched/features"
+done
+cut -d ' ' -f 1 /proc/uptime > $X/started
 status=0
 if [ -e $X/interactive ]; then
   # a shell with the console as its controlling terminal (job control, ^C)
-  setsid -c /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" 2> /dev/null; exec \${SHELL:-/bin/sh} -l" \
+  setsid -c -w /bin/sh -c ". $X/env; stty rows \${LINES:-24} cols \${COLUMNS:-80}; cd \"\$BWLAB_CWD\" 2> /dev/null;
+    exec \${SHELL:-/bin/sh} -l" \
     < /dev/ttyS0 > /dev/ttyS0 2>&1 || status=$?
 else
   # the command writes to pipes, as under ssh without -t: no colours, no progress spinners
-  stty -F /dev/ttyS1 raw -echo
-  stty -F /dev/ttyS2 raw -echo
   mkfifo /run/bwlab-out /run/bwlab-err
-  cat /run/bwlab-out > /dev/ttyS1 &
+  cat /run/bwlab-out > $X/stdout &
   out=$!
-  cat /run/bwlab-err > /dev/ttyS2 &
+  cat /run/bwlab-err > $X/stderr &
   err=$!
   /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" || exit 126; . $X/command" < /dev/null > /run/bwlab-out \
     2> /run/bwlab-err || status=$?

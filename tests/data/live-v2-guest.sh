@@ -19,7 +19,7 @@ seen=0 runs=0
 while [ $seen -lt 5 ] && [ $runs -lt 3 ]; do
   doc=$(.venv/bin/bwlab doctor /bwlab-live-v2 --seconds 4 --json - --no-predict)
   echo "equal $(echo "$doc" | tr -d '\n')"
-  seen=$((seen + $(echo "$doc" | sed -n 's/^ "throttled": \([0-9]*\),$/\1/p')))
+  seen=$((seen + $(echo "$doc" | .venv/bin/python -c 'import json, sys; print(json.load(sys.stdin)["throttled"])')))
   runs=$((runs + 1))
 done
 .venv/bin/bwlab tune /bwlab-live-v2 --burst auto > /dev/null
