@@ -138,3 +138,13 @@ def test_doctor_and_tune_on_real_cgroup_v2(kernel_key: str) -> None:
     # group that wants twice its quota too), >= 0.986 of them at quota
     assert twice["throttled"] > 0.4 * twice["periods"] and twice["at_quota"] >= 0.95 * twice["throttled"]
     assert twice["diagnosis"]["verdict"] == "at-quota"
+    (top,) = got["top"]
+    assert "/bwlab-live-v2" in top, top  # top lists the limited v2 group
+    # nested: a child with no limit of its own ("max") under the limited parent
+    assert got["child_max"][0].startswith("max "), got["child_max"]
+    (nested,) = got["nested"]
+    print(f"v2, nested: limit {nested['limit']!r}, effective {nested['effective_limit']!r} by "
+          f"{nested['limited_by']}, throttled {nested['throttled']} of {nested['periods']}, verdict "
+          f"{nested['diagnosis']['verdict']}")  # fmt: skip
+    assert nested["limited_by"] == "/bwlab-live-v2" and nested["effective_limit"].startswith("1.00 CPUs"), nested
+    assert nested["diagnosis"]["verdict"] == "at-quota", nested["diagnosis"]
