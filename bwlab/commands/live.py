@@ -162,6 +162,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     group = groups.find(args.target)
     if group.effective.quota_us is None:
         raise BwlabError(f"{group.path} has no CPU limit (nor has any parent): nothing throttles it")
+    asked = group.path
+    if group.limit.quota_us is None:
+        # its own cpu.stat counts no periods (it has no bandwidth of its own): the throttling is
+        # the ancestor's, whose counters and threads (this group's among them) are watched
+        group = groups.group_at(group.limited_by, group.hierarchy)
+        console.print(f"{asked} has no limit of its own; {group.path}'s throttles it: watching {group.path}")
     if not group.threads():
         raise BwlabError(f"{group.path} has no process, nor have its children: nothing runs there to throttle "
                          "(name the group of a running program: a PID, a container ID or a path)")  # fmt: skip
@@ -205,6 +211,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             predictions = whatif.predict(trace, variants, facts.cpus, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
+    doc["asked"] = asked  # the group named, where `group` is the ancestor whose limit was watched
     if predictions and analysis.total:  # the replay as it is, against what was measured
         measured = 100 * analysis.throttled / analysis.total
         as_is = predictions[0].throttled_pct
