@@ -34,6 +34,7 @@ def kernel_key() -> str:
     return baseline_kernel()
 
 
+@pytest.mark.untimed  # no timing in it: runs in the parallel phase
 def test_exec_returns_output_and_status_and_writes_nothing_here(kernel_key: str) -> None:
     mark = REPO / "written-by-a-guest"
     script = ("cat /sys/fs/cgroup/cgroup.controllers; test -t 1 || echo piped; echo to-stderr >&2; "
@@ -48,6 +49,7 @@ def test_exec_returns_output_and_status_and_writes_nothing_here(kernel_key: str)
     assert not mark.exists()  # the guest's writes stay in its overlay
 
 
+@pytest.mark.untimed  # no timing in it: runs in the parallel phase
 def test_output_arrives_whole_from_a_directory_with_spaces(kernel_key: str, tmp_path: Path) -> None:
     """2 MB of output arrives byte for byte; a working directory under the host's /tmp, its name
     with a space, is the command's; a child left running with the pipes open does not hold the
@@ -62,6 +64,7 @@ def test_output_arrives_whole_from_a_directory_with_spaces(kernel_key: str, tmp_
     assert res.stderr == f"{where}\n".encode()
 
 
+@pytest.mark.untimed  # no timing in it: runs in the parallel phase
 def test_timeout_and_interrupt_leave_nothing(kernel_key: str, tmp_path: Path) -> None:
     """--timeout: exit 124, what was printed before it kept; SIGTERM (as SIGINT): exit 130; after
     both no QEMU of this kernel runs and no share is left in the temporary directory."""
@@ -83,6 +86,7 @@ def test_timeout_and_interrupt_leave_nothing(kernel_key: str, tmp_path: Path) ->
     assert set(Path(tempfile.gettempdir()).glob("bwlab-exec-*")) == before
 
 
+@pytest.mark.untimed  # no timing in it: runs in the parallel phase
 def test_boot_to_command(kernel_key: str) -> None:
     """Not a timing bound (benchmarks hold speed goals): the time to the command, printed for
     docs/live.md, and a one-line error for a command that is not there."""
