@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import io
 import json
+import os
 import signal
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -67,23 +67,25 @@ def test_output_arrives_whole_from_a_directory_with_spaces(kernel_key: str, tmp_
 @pytest.mark.untimed  # no timing in it: runs in the parallel phase
 def test_timeout_and_interrupt_leave_nothing(kernel_key: str, tmp_path: Path) -> None:
     """--timeout: exit 124, what was printed before it kept; SIGTERM (as SIGINT): exit 130; after
-    both no QEMU of this kernel runs and no share is left in the temporary directory."""
-    before = set(Path(tempfile.gettempdir()).glob("bwlab-exec-*"))
+    both no QEMU of these runs is left (their shares, under a TMPDIR of this test's own, name
+    them: other tests' guests may run beside this one) and no share is left."""
+    tmp = tmp_path / "t"
+    tmp.mkdir()
+    env = {"TMPDIR": str(tmp)}
     res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--timeout", "40", "--", "sh", "-c",
-                "echo started; exec sleep 1000", timeout=300)  # fmt: skip
+                "echo started; exec sleep 1000", env=env, timeout=300)  # fmt: skip
     assert res.returncode == 124 and res.stdout == "started\n" and "within 40 s" in res.stderr, res
-    image = image_by_key(kernel_key)
-    assert image is not None and not pids_with(str(image.bzimage))
+    assert not pids_with(str(tmp)) and list(tmp.iterdir()) == []
     proc = subprocess.Popen([*bwlab_argv(), "guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh", "-c",
                              "echo started; exec sleep 1000"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            cwd=REPO, start_new_session=True)  # fmt: skip
+                            cwd=REPO, env={**os.environ, **env}, start_new_session=True)  # fmt: skip
     assert proc.stdout is not None
     assert proc.stdout.readline() == b"started\n"  # the command runs in the guest
+    assert pids_with(str(tmp))  # its QEMU, found by its share
     proc.send_signal(signal.SIGTERM)
     _, err = proc.communicate(timeout=60)
     assert proc.returncode == 130 and b"interrupted" in err, err
-    assert not pids_with(str(image.bzimage))
-    assert set(Path(tempfile.gettempdir()).glob("bwlab-exec-*")) == before
+    assert not pids_with(str(tmp)) and list(tmp.iterdir()) == []
 
 
 @pytest.mark.untimed  # no timing in it: runs in the parallel phase
