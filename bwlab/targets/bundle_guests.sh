@@ -1,7 +1,7 @@
 # Sourced by a bundle's run.sh (as guest/run-guests.sh) when the bundle carries guests
 # (bundle_guest.py): boots each guest in guest/list with $V vCPUs under the carried QEMU, one
 # after the other, and writes OUT/guest-G.{txt,records.txt,console.txt,qemu.txt}. Uses run.sh's
-# B, OUT, D, V, QPID, WPID and die(); QEMU's command line is the lab's (targets/qemu.py,
+# B, OUT, D, V, V2, QPID, WPID, die() and v1(); QEMU's command line is the lab's (targets/qemu.py,
 # qemu_command()) with no display, network card or option ROMs beyond those carried.
 G=$B/guest
 Q=$G/qemu
@@ -26,8 +26,7 @@ FIFO=0 RTROOT=""
 sleep 5 &
 NOFIFO=$("$G/fifo" $! 2>&1) && FIFO=1
 if [ $FIFO = 0 ]; then
-  root=$(awk '$3 == "cgroup" && $4 ~ /(^|,)cpu(,|$)/ { v1 = $2 } $3 == "cgroup2" { v2 = $2 }
-    END { print (v1 != "" ? v1 : v2) }' /proc/mounts)
+  root=${V2:-$(v1 cpu)}  # run.sh's probe: the v2 mount with the cpu controller, else the v1 cpu hierarchy
   if [ -n "$root" ] && echo $! > "$root/cgroup.procs" 2> /dev/null; then
     if again=$("$G/fifo" $! 2>&1); then
       FIFO=1 RTROOT=$root

@@ -4,8 +4,8 @@ QEMU shares the host's / read-only over virtio 9p; the guest's PID 1 (hostroot_i
 from that share) puts a tmpfs overlay over it, mounts cgroup2 with every controller, and runs
 one command with the host's programs unchanged: Python and bwlab's .venv, sysbench, bpftrace,
 Go binaries, a JRE, Prometheus. A second, writable 9p share (a temporary directory here) carries
-the command, its working directory and environment in, and its exit status out; the command's
-stdout and stderr come back on serial ports 2 and 3, copied here as they arrive.
+the command, its working directory and environment in, and its stdout, stderr (files the guest
+writes through pipes, copied here as they grow) and exit status out.
 
 The initramfs guests (targets/qemu.py) stay the measuring instrument: this one is for programs
 that need a full userland (the live tools on real cgroup v2, any dynamic program).
@@ -71,10 +71,9 @@ def qemu_command(image: KernelImage, work: Path, vcpus: int, memory: str, fifo: 
                  interactive: bool) -> list[str]:  # fmt: skip
     """QEMU for a guest whose share is work/share; its console in work/console (`exec`) or on
     this terminal (`shell`, where Ctrl-A X stops QEMU)."""
-    machine = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     serial = ["-serial", "mon:stdio"] if interactive else ["-serial", f"file:{work / 'console'}"]
     return [
-        qemu.QEMU, *machine, "-smp", str(vcpus), "-m", memory,
+        qemu.QEMU, *qemu.machine_args(accel), "-smp", str(vcpus), "-m", memory,
         "-nographic", "-no-reboot", "-monitor", "none", "-vga", "none", "-nic", "none",
         "-kernel", str(image.bzimage), "-append", kernel_args(fifo, interactive),
         "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
@@ -126,7 +125,7 @@ def write_share(share: Path, argv: list[str], cwd: str, env: dict[str, str], fea
 
 
 class _Tail:
-    """Copies what a serial port's file gains to a stream, as it arrives."""
+    """Copies what a file in the share gains to a stream, as it arrives."""
 
     def __init__(self, path: Path, sink: BinaryIO) -> None:
         self.path, self.sink, self.offset = path, sink, 0

@@ -219,6 +219,11 @@ def boot_events(specs: list[RunSpec]) -> bool:
     return any(side.kind == "trace" for spec in specs for side in spec.sides)
 
 
+def machine_args(accel: str) -> list[str]:
+    """QEMU's accelerator and CPU: "kvm" the host's CPU, else TCG (emulation, multi-threaded)."""
+    return ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
+
+
 def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, results: Path,
                  memory: str = "1G", tsc_reliable: bool = False, accel: str = "tcg",
                  traced: bool = False) -> list[str]:  # fmt: skip
@@ -227,9 +232,8 @@ def qemu_command(image: KernelImage, initrd: Path, vcpus: int, console: Path, re
     a stable sched_clock charges a stalled vCPU's whole stall (the unstable one clamps it to a
     tick), and the series' `all` policy throttled 11 % of 10 ms periods in CI instead of ~0.
     `traced`: the trace side action's events on from boot (plan.BOOT_EVENTS_PARAM)."""
-    machine = ["-accel", "kvm", "-cpu", "host"] if accel == "kvm" else ["-accel", "tcg,thread=multi", "-cpu", "max"]
     return [
-        QEMU, *machine, "-smp", str(vcpus), "-m", memory,
+        QEMU, *machine_args(accel), "-smp", str(vcpus), "-m", memory,
         "-nographic", "-no-reboot", "-monitor", "none",
         "-kernel", str(image.bzimage), "-initrd", str(initrd),
         # tsc=reliable: TCG's TSC is the host's, but the clocksource watchdog compares it with
