@@ -67,6 +67,7 @@ class Sample:
     throttled_us: float
     usage_us: float
     nr_bursts: int = 0
+    burst_us: float = 0.0  # time run on burst (cpu.stat burst_usec, v1 burst_time)
 
 
 @dataclass(frozen=True)

@@ -26,10 +26,17 @@ from bwlab.live.groups import Hierarchy
 POD = "0b9c3c2e-4b8f-4c9e-9a53-2f3c4d5e6f70"
 
 
-def _stat(directory: Path, periods_n: int, throttled: int, usage_us: int = 0, throttled_us: int = 0) -> None:
+def _stat(
+    directory: Path,
+    periods_n: int,
+    throttled: int,
+    usage_us: int = 0,
+    throttled_us: int = 0,
+    bursts: tuple[int, int] = (0, 0),
+) -> None:
     (directory / "cpu.stat").write_text(
         f"usage_usec {usage_us}\nuser_usec 0\nsystem_usec 0\nnr_periods {periods_n}\nnr_throttled {throttled}\n"
-        f"throttled_usec {throttled_us}\nnr_bursts 0\nburst_usec 0\n"
+        f"throttled_usec {throttled_us}\nnr_bursts {bursts[0]}\nburst_usec {bursts[1]}\n"
     )
 
 
@@ -122,7 +129,14 @@ def test_every_period_is_counted_once_watched_or_as_a_window(tmp_path: Path) -> 
     tr.hot = None
     watcher.hot.pop(path)
     # the rest, 30 - 10 - 4 = 16 periods and 9 - 3 - 2 = 4 throttled, ran 1.5 quotas each: at quota
-    _stat(dirs["pod"], 40, 9, usage_us=150_000 + 80_000 + 16 * 30_000, throttled_us=10_000 + 2_000 + 40_000)
+    _stat(
+        dirs["pod"],
+        40,
+        9,
+        usage_us=150_000 + 80_000 + 16 * 30_000,
+        throttled_us=10_000 + 2_000 + 40_000,
+        bursts=(7, 12_500),
+    )
     watcher.coarse_round()
     c = tr.counts
     assert (c.watched_periods, c.estimated_periods, c.estimated_below, c.estimated_at) == (4, 26, 3, 4)
@@ -133,6 +147,8 @@ def test_every_period_is_counted_once_watched_or_as_a_window(tmp_path: Path) -> 
     at = metrics[("bwlab_throttled_periods_total", (*lv, ("verdict", "at_quota")))]
     assert (below, at) == (3, 6) and below + at == 9  # every throttle the kernel counted
     assert metrics[("bwlab_cfs_periods_total", lv)] == 40 and metrics[("bwlab_cpu_usage_seconds_total", lv)] == 0.71
+    # the burst's own counters (cpu.stat nr_bursts, burst_usec), as read last
+    assert (metrics[("bwlab_cfs_bursts_total", lv)], metrics[("bwlab_cfs_burst_seconds_total", lv)]) == (7, 0.0125)
 
 
 def test_max_hot_caps_the_groups_sampled_finely(tmp_path: Path) -> None:

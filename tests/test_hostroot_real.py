@@ -156,3 +156,45 @@ def test_doctor_and_tune_on_real_cgroup_v2(kernel_key: str) -> None:
     assert nested["asked"] == "/bwlab-live-v2/work" and nested["group"] == "/bwlab-live-v2", nested
     assert nested["effective_limit"].startswith("1.00 CPUs"), nested
     assert nested["diagnosis"]["verdict"] == "at-quota", nested["diagnosis"]
+
+
+def _prom_value(doc: dict[str, Any]) -> float:
+    """The one sample of a Prometheus instant query's answer."""
+    assert doc["status"] == "success", doc
+    (sample,) = doc["data"]["result"]
+    return float(sample["value"][1])
+
+
+@pytest.mark.untimed  # counts and values, no timing: runs in the parallel phase
+def test_the_agent_and_the_exporter_on_real_cgroup_v2(kernel_key: str) -> None:
+    """tune --watch gives matching v2 groups their burst (one made after it started too) and
+    leaves the others; a burst the kernel refuses is a one-line error and the old one stays; a
+    threaded subtree is diagnosed through its limited threaded domain and listed by top; the
+    exporter on v2, scraped by this machine's Prometheus, has a group's throttles and its
+    burst's own counters (cpu.stat nr_bursts), and its exposition passes promtool."""
+    res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
+                str(DATA / "live-v2-tools.sh"), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = _results(res.stdout)
+    print(res.stdout[-3000:])
+    assert got["watch_rc"] == ["0"] and got["watch_verified"] == ["3"], res.stdout
+    tick_us = 4000  # HZ=250: one tick per CPU of quota (2 CPUs), within the quota
+    bursts = {name: got[f"burst_{name}"] for name in ("w-a", "w-b", "w-late", "other")}
+    assert bursts == {"w-a": [str(2 * tick_us)], "w-b": ["1000"], "w-late": [str(2 * tick_us)], "other": ["0"]}
+    assert got["refused_rc"] == ["1"] and got["refused_kept"] == ["3000"], res.stdout
+    (refused,) = got["refused_lines"]
+    assert refused.startswith("1 bwlab: error: burst 20000 us is above the quota 5000 us"), refused
+    assert got["threaded_type"] == ["threaded 1"]
+    (threaded,) = got["threaded_doctor"]
+    assert threaded["asked"] == "/bwlab-tools-t/thr" and threaded["group"] == "/bwlab-tools-t", threaded
+    assert threaded["limit"].startswith("0.50 CPUs") and threaded["throttled"] > 0, threaded
+    (top,) = got["top"]
+    assert "/bwlab-tools-t " in top and "/bwlab-tools-w-late" in top, top
+    (at,) = got["prom_at"]
+    (prom_bursts,) = got["prom_bursts"]
+    (stat_bursts,) = got["stat_bursts"]
+    # scraped before cpu.stat was read: the exporter's last read is at most the kernel's count
+    assert _prom_value(at) > 0 and 0 < _prom_value(prom_bursts) <= int(stat_bursts), res.stdout
+    assert got["lint"] == ["0"], got["lint"]
+    (exporter_err,) = got["exporter_err"]
+    assert exporter_err.count("bwlab exporter:") == 1 and "error" not in exporter_err.lower(), exporter_err

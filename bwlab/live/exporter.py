@@ -519,6 +519,8 @@ class BwlabCollector(Collector):
             ("periods", "nr_periods"),
             ("throttled_periods", "nr_throttled"),
             ("throttled_seconds", "throttled time"),
+            ("bursts", "periods that ran on burst (nr_bursts)"),
+            ("burst_seconds", "time run on burst (burst_usec, v1 burst_time)"),
         )
         raw = {
             key: CounterMetricFamily(f"bwlab_cfs_{key}", f"The kernel's {what} (cpu.stat), as read last", labels=LABELS)
@@ -550,6 +552,8 @@ class BwlabCollector(Collector):
                     raw["periods"].add_metric(lv, tr.last.nr_periods)
                     raw["throttled_periods"].add_metric(lv, tr.last.nr_throttled)
                     raw["throttled_seconds"].add_metric(lv, tr.last.throttled_us / 1e6)
+                    raw["bursts"].add_metric(lv, tr.last.nr_bursts)
+                    raw["burst_seconds"].add_metric(lv, tr.last.burst_us / 1e6)
                     usage.add_metric(lv, tr.last.usage_us / 1e6)
             groups_n = len(w.tracked)
             errors = dict(w.errors)

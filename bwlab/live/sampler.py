@@ -75,24 +75,26 @@ class Reader:
             raise BwlabError(f"cgroup {self.group.path}: cpuacct.usage is not a number") from None
         if stat_bytes != self._parsed[0]:  # v1's cpu.stat changes only at boundaries and unthrottles
             self._parsed = (stat_bytes, self._parse_stat(stat_bytes))
-        nr_periods, nr_throttled, throttled, nr_bursts, usage_usec = self._parsed[1]
+        nr_periods, nr_throttled, throttled, nr_bursts, burst, usage_usec = self._parsed[1]
         if usage_ns is not None:
             usage = usage_ns / 1000
         elif usage_usec is not None:
             usage = usage_usec
         else:
             raise BwlabError(f"cgroup {self.group.path}: cpu.stat has no usage_usec")
-        return Sample(t, nr_periods, nr_throttled, throttled, usage, nr_bursts)
+        return Sample(t, nr_periods, nr_throttled, throttled, usage, nr_bursts, burst)
 
     @staticmethod
-    def _parse_stat(stat_bytes: bytes) -> tuple[int, int, float, int, float | None]:
-        """(nr_periods, nr_throttled, throttled us, nr_bursts, usage_usec or None) of cpu.stat."""
+    def _parse_stat(stat_bytes: bytes) -> tuple[int, int, float, int, float, float | None]:
+        """(nr_periods, nr_throttled, throttled us, nr_bursts, burst us, usage_usec or None) of
+        cpu.stat (the burst's two are 0 where the kernel counts no bursts: before 5.14)."""
         raw_stat = cpustat.parse_kv(stat_bytes.decode())
         norm = cpustat.normalize_cpu_stat(raw_stat)
         throttled = (raw_stat["throttled_time"] / 1000 if "throttled_time" in raw_stat
                      else float(norm.get("throttled_us", 0)))  # fmt: skip
         usage = float(raw_stat["usage_usec"]) if "usage_usec" in raw_stat else None
-        return norm["nr_periods"], norm["nr_throttled"], throttled, norm.get("nr_bursts", 0), usage
+        burst = raw_stat["burst_time"] / 1000 if "burst_time" in raw_stat else float(norm.get("burst_us", 0))
+        return norm["nr_periods"], norm["nr_throttled"], throttled, norm.get("nr_bursts", 0), burst, usage
 
     def read(self) -> Sample:
         return self.parse(self.read_raw())
