@@ -31,7 +31,10 @@ class Reader:
     def __init__(self, group: LiveGroup) -> None:
         self.group = group
         self._fds: list[int] = []
-        self._parsed: tuple[bytes | None, tuple[int, int, float, int, float | None]] = (None, (0, 0, 0.0, 0, None))
+        self._parsed: tuple[bytes | None, tuple[int, int, float, int, float, float | None]] = (
+            None,
+            (0, 0, 0.0, 0, 0.0, None),
+        )
         try:
             self._stat = self._open(str(group.stat_file))
             usage = group.usage_file
