@@ -198,3 +198,26 @@ def test_the_agent_and_the_exporter_on_real_cgroup_v2(kernel_key: str) -> None:
     assert got["lint"] == ["0"], got["lint"]
     (exporter_err,) = got["exporter_err"]
     assert exporter_err.count("bwlab exporter:") == 1 and "error" not in exporter_err.lower(), exporter_err
+
+
+@pytest.mark.untimed  # who and which limit, no timing: runs in the parallel phase
+def test_a_podman_container_on_real_cgroup_v2(kernel_key: str) -> None:
+    """A container podman made on cgroup v2 (runc, cgroupfs manager, an image imported from a
+    busybox rootfs, --cpus=1.5, two busy loops): top names it with its limit, doctor finds it
+    by an ID prefix, sees its two threads and says it wants more than its quota; removed, it
+    leaves no group."""
+    res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
+                str(DATA / "podman-v2-guest.sh"), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    print(res.stdout)
+    got = _results(res.stdout)
+    (cid,) = got["cid"]
+    group = f"/libpod_parent/libpod-{cid}"
+    assert got["cgroup"] == [f"0::{group}"]  # v2: one line, the unified hierarchy
+    (top,) = got["top"]
+    cells = [c.strip() for c in top.split("│")]
+    assert cells[1:4] == [group, f"container podman {cid[:12]}", "1.50"], top
+    (doc,) = got["doctor"]
+    assert doc["group"] == group and doc["identity"] == f"container podman {cid[:12]}", doc
+    assert doc["limit"].startswith("1.50 CPUs") and doc["threads"] == 2 and doc["verdict"] == "at-quota", doc
+    assert got["left"] == ["0"]

@@ -1,0 +1,23 @@
+#!/bin/sh
+# Run in a host-userland guest (bwlab guest exec) by test_hostroot_real.py: a real container on
+# real cgroup v2. Podman (runc, cgroupfs manager, its own storage) runs an image imported from a
+# busybox rootfs (no registry) with --cpus=1.5 and two busy loops; top and doctor find it. One
+# line "NAME value" per result.
+set -eu
+W=$(mktemp -d)
+mkdir -p $W/rootfs/bin
+cp "$(command -v busybox)" $W/rootfs/bin/
+for a in sh yes sleep; do ln -s busybox $W/rootfs/bin/$a; done
+tar -C $W/rootfs -cf $W/rootfs.tar .
+P="podman --root $W/storage --runroot $W/run --storage-driver vfs --cgroup-manager cgroupfs --runtime runc"
+$P import $W/rootfs.tar bwlab-busybox > /dev/null 2>&1
+cid=$($P run -d --network=none --cpus=1.5 --name bwlab-v2 bwlab-busybox sh -c 'yes > /dev/null & yes > /dev/null & sleep 600')
+echo "cid $cid"
+echo "cgroup $(cat /proc/$($P inspect -f '{{.State.Pid}}' bwlab-v2)/cgroup)"
+sleep 1
+echo "top $(COLUMNS=400 .venv/bin/bwlab top --iterations 1 --interval 1 | grep -F "$cid" | tr -s ' ')"
+echo "doctor $(.venv/bin/bwlab doctor "$(echo "$cid" | cut -c1-12)" --seconds 3 --json - --no-predict |
+  .venv/bin/python -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({"group": d["group"], "identity": d["identity"], "limit": d["limit"], "threads": d["facts"]["threads"], "verdict": d["diagnosis"]["verdict"], "throttled": d["throttled"], "at_quota": d["at_quota"], "commands": d["diagnosis"]["commands"]}))')"
+$P rm -f -t 0 bwlab-v2 > /dev/null
+echo "left $(find /sys/fs/cgroup -name "libpod-*" | wc -l)"
+rm -rf "$W"
