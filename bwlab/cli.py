@@ -241,6 +241,9 @@ def build_parser() -> argparse.ArgumentParser:
         p.add_argument("--accel", choices=ACCELS, default="auto", help="kvm, tcg, or auto (the default)")
         p.add_argument("--env", action="append", default=[], metavar="NAME=VALUE",
                        help="an environment variable for the command (repeatable)")  # fmt: skip
+        p.add_argument("--init", choices=("sh", "systemd"), default="sh",
+                       help="PID 1: bwlab's own (the default) or this machine's systemd, which runs the "
+                            "command as a service (systemd-run, slices, CPUQuota= work)")  # fmt: skip
         p.add_argument("-v", "--verbose", action="store_true",
                        help="say after the command how QEMU ran and how long the boot took (on stderr)")  # fmt: skip
         if verb == "exec":

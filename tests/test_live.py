@@ -96,6 +96,9 @@ def test_discovery_finds_limits_and_the_tightest_ancestor(tmp_path: Path) -> Non
     assert groups.find(CID[:8], hier).path == container.path
     assert groups.find(UID[:8], hier).path == pod.path  # the pod, not its container
     assert groups.find("/system.slice/a.service", hier).limit == Limit(50000, 10000)
+    assert groups.find("a.service", hier).path == "/system.slice/a.service"  # a unit by its name
+    with pytest.raises(BwlabError, match=r"no CPU-limited systemd unit 'b\.service'"):
+        groups.find("b.service", hier)
     with pytest.raises(BwlabError, match="no CPU-limited container"):
         groups.find("abcdef0123", hier)
     with pytest.raises(BwlabError, match="no cgroup /nope"):
@@ -110,6 +113,13 @@ def test_v2_limits_and_malformed_files(tmp_path: Path) -> None:
     hier = Hierarchy(2, tmp_path)
     (b,) = [g for g in groups.discover(hier, include_inherited=True) if g.path == "/a/b"]
     assert b.effective == Limit(20000, 10000, 8000) and b.usage_file is None
+    # a unit in a limited slice whose subtree_control does not give it the cpu controller (as
+    # systemd leaves a service with no CPU settings): no cpu.max, limited by the slice
+    unit = tmp_path / "a" / "b" / "c.service"
+    unit.mkdir()
+    found = {g.path: g for g in groups.discover(hier, include_inherited=True)}
+    assert found["/a/b/c.service"].limit.quota_us is None and found["/a/b/c.service"].limited_by == "/a"
+    assert groups.find("c.service", hier).effective == Limit(20000, 10000, 8000)
     (tmp_path / "a" / "cpu.max").write_text("lots 10000\n")
     with pytest.raises(BwlabError, match="expected 'QUOTA PERIOD'"):
         groups.discover(hier)
@@ -854,3 +864,15 @@ def test_the_timeline_bins_periods_and_shows_every_layer(tmp_path: Path, n: int)
         target = matplotlib.colors.to_rgb(colour)
         near = int((abs(rgb - target).max(axis=1) < 0.03).sum())
         assert near > 5000, (name, near)
+
+
+def test_a_systemd_unit_is_told_how_to_keep_its_burst(tmp_path: Path) -> None:
+    """systemd has no burst option: the unit's line names the agent that keeps one (by the
+    unit's name) and, only below systemd's default period of 100 ms, a longer period."""
+    hier = _v1_tree(tmp_path)
+    unit = groups.find("a.service", hier)  # 50 ms per 10 ms
+    (line,) = [c for runtime, c in diagnose.commands(unit, 4000) if runtime == "systemd"]
+    assert "bwlab tune --watch a.service --burst 4000" in line and "CPUQuotaPeriodSec=100ms" in line, line
+    (tmp_path / "cpu" / "system.slice" / "a.service" / "cpu.cfs_period_us").write_text("100000\n")
+    (line,) = [c for runtime, c in diagnose.commands(groups.find("a.service", hier), 4000) if runtime == "systemd"]
+    assert "CPUQuotaPeriodSec" not in line, line

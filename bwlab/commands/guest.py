@@ -18,7 +18,8 @@ def _run(args: argparse.Namespace, argv: list[str], interactive: bool, timeout_s
     accel = qemu.choose_accel(args.accel, image)
     try:
         done = hostroot.run(image, argv, vcpus=args.vcpus, policy=args.policy, accel=accel.name,
-                            memory=args.memory, env=env, timeout_s=timeout_s, interactive=interactive)  # fmt: skip
+                            memory=args.memory, env=env, timeout_s=timeout_s, interactive=interactive,
+                            init=args.init)  # fmt: skip
     except hostroot.Timeout as exc:
         sys.stderr.write(f"bwlab: {exc}\n")
         return 124

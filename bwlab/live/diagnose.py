@@ -233,8 +233,11 @@ def commands(group: LiveGroup, burst_us: int) -> list[tuple[str, str]]:
                                   "kubelet's cpuCFSQuotaPeriod (CustomCPUCFSQuotaPeriod feature gate)"))  # fmt: skip
     if ident.kind == "systemd" and ident.unit:
         unit = ident.unit
-        out.append(("systemd", f"no unit option sets burst: the raw write above after each start of {unit}, or "
-                               f"a longer period: systemctl set-property {unit} CPUQuotaPeriodSec=100ms"))  # fmt: skip
+        # a longer period halves nothing at systemd's default of 100 ms: offered only below it
+        longer = (f", or a longer period: systemctl set-property {unit} CPUQuotaPeriodSec=100ms"
+                  if group.limit.period_us < 100000 else "")  # fmt: skip
+        out.append(("systemd", f"no unit option sets burst: bwlab tune --watch {unit} --burst {burst_us} keeps "
+                               f"it, or the raw write above after each start of {unit}{longer}"))  # fmt: skip
     return out
 
 

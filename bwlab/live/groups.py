@@ -157,7 +157,14 @@ def read_limit(hier: Hierarchy, directory: Path | str) -> Limit:
     if hier.version == 2:
         if d == os.fspath(hier.cpu):
             return Limit(None, 100000)  # the root has no cpu.max
-        text = _read(d + "/cpu.max")
+        try:
+            text = _read(d + "/cpu.max")
+        except BwlabError:
+            # the parent's cgroup.subtree_control does not give it the cpu controller (systemd
+            # enables it only down to the units with CPU settings): no limit of its own
+            if os.path.isdir(d) and not os.path.exists(d + "/cpu.max"):
+                return Limit(None, 100000)
+            raise
         match = re.fullmatch(r"(max|\d+) (\d+)", text)
         if not match:
             raise BwlabError(f"{d}/cpu.max: expected 'QUOTA PERIOD', got {text!r}")
@@ -261,13 +268,22 @@ def group_of_pid(pid: int, hier: Hierarchy | None = None) -> LiveGroup:
 
 
 def find(target: str, hier: Hierarchy | None = None) -> LiveGroup:
-    """A group named on the command line: a cgroup path, a PID, or a container ID (a prefix of
-    at least 6 hex digits) or pod UID found in the limited groups' paths."""
+    """A group named on the command line: a cgroup path, a PID, a systemd unit (a service,
+    scope or slice, by its full name), or a container ID (a prefix of at least 6 hex digits) or
+    pod UID found in the limited groups' paths."""
     hier = hier or hierarchy()
     if target.isdigit():
         return group_of_pid(int(target), hier)
     if "/" in target:
         return group_at(target, hier)
+    if re.search(r"\.(service|scope|slice)$", target):
+        units = [g for g in discover(hier, include_inherited=True) if g.identity.unit == target]
+        if len(units) == 1:
+            return units[0]
+        if len(units) > 1:  # the same name in several slices (user units, nested slices)
+            raise BwlabError(f"{target!r} matches {len(units)} groups: {', '.join(g.path for g in units[:3])}")
+        raise BwlabError(f"no CPU-limited systemd unit {target!r}, nor one under a limited slice (bwlab top "
+                         "lists them)")  # fmt: skip
     if re.fullmatch(r"[0-9a-f][0-9a-f_-]{5,}", target):
         matches = [g for g in discover(hier, include_inherited=True)
                    if (g.identity.container_id or "").startswith(target)

@@ -37,6 +37,8 @@ from bwlab.targets import qemu
 
 INIT = Path(__file__).with_name("hostroot_init.sh")
 SHARE_TAG = "bwlab-exec"
+# --init systemd: this machine's systemd as PID 1, the command its service (hostroot_init.sh)
+SYSTEMD = "/lib/systemd/systemd"
 # What the guest's command inherits from here (the rest of this environment stays here)
 PASSED_ENV = ("PATH", "TERM", "LANG", "LC_ALL", "TZ", "SHELL", "CI", "BWLAB_CACHE", "PYTHONPATH", "GOPATH", "JAVA_HOME")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -166,7 +168,7 @@ def _stop(proc: subprocess.Popen[bytes], interactive: bool) -> None:
 
 def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None = None, accel: str = "tcg",
         memory: str = "2G", env: dict[str, str] | None = None, cwd: str | None = None,
-        timeout_s: float | None = None, interactive: bool = False,
+        timeout_s: float | None = None, interactive: bool = False, init: str = "sh",
         stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> ExecResult:  # fmt: skip
     """Boot `image` with the host's userland and run `argv` in it (or a shell if `interactive`);
     the command's exit status. QEMU is killed and the temporary files removed on timeout or
@@ -182,6 +184,8 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
     if policy and not image.patches:
         raise BwlabError(f"--policy {policy} needs a patched kernel; kernel {image.key} has no patches")
     features = policies.feature_writes(policy) if policy else None
+    if init == "systemd" and not Path(SYSTEMD).is_file():
+        raise BwlabError(f"guest exec --init systemd: {SYSTEMD} is missing (apt-get install systemd)")
     if not Path("/bin/busybox").is_file():
         raise BwlabError("guest exec needs /bin/busybox (apt-get install busybox-static; scripts/setup.sh does)")
     workdir = cwd or os.getcwd()
@@ -193,6 +197,8 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         share.mkdir()
         check_paths(share, workdir)
         write_share(share, argv, workdir, env or {}, features, interactive)
+        if init == "systemd":
+            (share / "systemd").write_text("")
         fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")
         cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive)
         tails = [] if interactive else [_Tail(share / "stdout", out), _Tail(share / "stderr", err)]

@@ -12,8 +12,41 @@
 # host copies out as they grow (`exec`), or a login shell on the console (`shell`). Its exit
 # status goes to the share, and the guest reboots, which ends QEMU (-no-reboot). What keeps
 # the command from running is written to the share's `failed`, for the host to say.
+# With the share's `systemd` (--init systemd), stage 2 hands PID 1 to this machine's systemd with
+# a target of its own that starts one service, bwlab-exec.service, which runs stage 3 ("stage3"):
+# the command as above. No other unit of the host's starts unless the command starts it.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
 self=$(readlink -f "$0")
+# the command (or the shell), its status to the share, and the end of the guest
+run_command() {
+  cut -d ' ' -f 1 /proc/uptime > $X/started
+  status=0
+  if [ -e $X/interactive ]; then
+    # a shell with the console as its controlling terminal (job control, ^C)
+    setsid -c -w /bin/sh -c ". $X/env; stty rows \${LINES:-24} cols \${COLUMNS:-80}; cd \"\$BWLAB_CWD\" 2> /dev/null;
+      exec \${SHELL:-/bin/sh} -l" \
+      < /dev/ttyS0 > /dev/ttyS0 2>&1 || status=$?
+  else
+    # the command writes to pipes, as under ssh without -t: no colours, no progress spinners
+    mkfifo /run/bwlab-out /run/bwlab-err
+    cat /run/bwlab-out > $X/stdout &
+    out=$!
+    cat /run/bwlab-err > $X/stderr &
+    err=$!
+    /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" || exit 126; . $X/command" < /dev/null > /run/bwlab-out \
+      2> /run/bwlab-err || status=$?
+    # what the command left running may hold the pipes open: its output gets 2 s more
+    (sleep 2 && kill $out $err 2> /dev/null) &
+    wait $out $err
+  fi
+  echo $status > $X/status.tmp && mv $X/status.tmp $X/status
+  sync
+  exec /bin/busybox reboot -f
+}
+if [ "${1:-}" = stage3 ]; then
+  X=/run/bwlab-exec
+  run_command
+fi
 if [ "${1:-}" != stage2 ]; then
   mount -t tmpfs -o mode=0755 bwlab-rw /run || exec /bin/busybox reboot -f
   mkdir /run/upper /run/work /run/new
@@ -51,26 +84,18 @@ done
 for f in $(cat $X/features 2> /dev/null); do
   echo "$f" > /sys/kernel/debug/sched/features || fail "cannot write $f to /sys/kernel/debug/sched/features"
 done
-cut -d ' ' -f 1 /proc/uptime > $X/started
-status=0
-if [ -e $X/interactive ]; then
-  # a shell with the console as its controlling terminal (job control, ^C)
-  setsid -c -w /bin/sh -c ". $X/env; stty rows \${LINES:-24} cols \${COLUMNS:-80}; cd \"\$BWLAB_CWD\" 2> /dev/null;
-    exec \${SHELL:-/bin/sh} -l" \
-    < /dev/ttyS0 > /dev/ttyS0 2>&1 || status=$?
-else
-  # the command writes to pipes, as under ssh without -t: no colours, no progress spinners
-  mkfifo /run/bwlab-out /run/bwlab-err
-  cat /run/bwlab-out > $X/stdout &
-  out=$!
-  cat /run/bwlab-err > $X/stderr &
-  err=$!
-  /bin/sh -c ". $X/env; cd \"\$BWLAB_CWD\" || exit 126; . $X/command" < /dev/null > /run/bwlab-out \
-    2> /run/bwlab-err || status=$?
-  # what the command left running may hold the pipes open: its output gets 2 s more
-  (sleep 2 && kill $out $err 2> /dev/null) &
-  wait $out $err
+if [ -e $X/systemd ]; then
+  U=/run/systemd/system
+  mkdir -p $U
+  # systemd-tmpfiles --boot would empty the host's /tmp in the guest (the command's working
+  # directory may be there), walking all of it over 9p first: it took minutes
+  for unit in systemd-tmpfiles-setup.service systemd-tmpfiles-clean.timer; do ln -s /dev/null $U/$unit; done
+  printf '%s\n' "[Unit]" "Description=bwlab guest exec" "DefaultDependencies=no" \
+    "Wants=basic.target bwlab-exec.service" > $U/bwlab-exec.target
+  printf '%s\n' "[Unit]" "Description=bwlab guest exec: the command" "DefaultDependencies=no" \
+    "After=basic.target" "[Service]" \
+    "Type=exec" "ExecStart=/bin/sh $self stage3" "StandardInput=null" "StandardOutput=null" \
+    "StandardError=null" > $U/bwlab-exec.service
+  exec /lib/systemd/systemd --unit=bwlab-exec.target --log-target=kmsg --log-level=warning --show-status=false
 fi
-echo $status > $X/status.tmp && mv $X/status.tmp $X/status
-sync
-exec /bin/busybox reboot -f
+run_command
