@@ -147,6 +147,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = pytest.ExitCode.TESTS_FAILED
 
 
+def pytest_report_header(config: pytest.Config) -> str | None:
+    """The bwlab groups on the machine before the run: not this run's (tests count only the
+    groups they make), but a run killed on this machine left them; in the header, for a
+    failure to be read against (the landing CI of 1130f98)."""
+    left = sorted(map(str, bwlab_groups()))
+    return f"bwlab groups found at the start: {left}" if left else None
+
+
 def pytest_sessionstart(session: pytest.Session) -> None:
     """Under CI=true every real test runs: a missing prerequisite fails the run here, loudly,
     instead of skipping the tests that need it (tests/prereqs.py).
@@ -158,10 +166,6 @@ def pytest_sessionstart(session: pytest.Session) -> None:
     if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
         signal.signal(signal.SIGINT, signal.default_int_handler)
     _GROUPS_AT_START.update(bwlab_groups())
-    if _GROUPS_AT_START and not os.environ.get("PYTEST_XDIST_WORKER"):
-        # not this run's (tests count only the groups they make), but a run killed on this
-        # machine left them: said first, for a failure to be read against (CI of 1130f98)
-        print(f"\nbwlab groups found at the start: {sorted(map(str, _GROUPS_AT_START))}", file=sys.stderr)
     if prereqs.in_ci() and (lacking := prereqs.missing()):
         pytest.exit(f"CI=true and the real tests' prerequisites are missing: {'; '.join(lacking)}", returncode=3)
 

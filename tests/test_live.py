@@ -117,9 +117,14 @@ def test_v2_limits_and_malformed_files(tmp_path: Path) -> None:
     # systemd leaves a service with no CPU settings): no cpu.max, limited by the slice
     unit = tmp_path / "a" / "b" / "c.service"
     unit.mkdir()
+    (unit / "cgroup.controllers").write_text("memory pids\n")
     found = {g.path: g for g in groups.discover(hier, include_inherited=True)}
     assert found["/a/b/c.service"].limit.quota_us is None and found["/a/b/c.service"].limited_by == "/a"
     assert groups.find("c.service", hier).effective == Limit(20000, 10000, 8000)
+    (unit / "cgroup.controllers").write_text("cpu memory pids\n")  # cpu on, yet no cpu.max: said
+    with pytest.raises(BwlabError, match=r"cannot read .*c\.service/cpu\.max"):
+        groups.discover(hier)
+    (unit / "cgroup.controllers").write_text("memory pids\n")
     (tmp_path / "a" / "cpu.max").write_text("lots 10000\n")
     with pytest.raises(BwlabError, match="expected 'QUOTA PERIOD'"):
         groups.discover(hier)
@@ -731,6 +736,10 @@ def test_go_buildinfo_gives_the_version_and_modules(tmp_path: Path) -> None:
     assert threadpools.go_buildinfo(str(tmp_path / "missing")) is None
 
 
+# what `go version -m` shows of a Go 1.26 program whose go.mod says `go 1.24`
+OLD_GO_MOD = "build\tDefaultGODEBUG=containermaxprocs=0,decoratemappings=0,updatemaxprocs=0"
+
+
 @pytest.mark.parametrize(
     ("version", "modinfo", "env", "allowed", "quota", "size"),
     [
@@ -740,6 +749,8 @@ def test_go_buildinfo_gives_the_version_and_modules(tmp_path: Path) -> None:
         ("go1.26.1", "", {}, 2, 3.5, 2),  # ... at most the CPUs it may run on
         ("go1.25.0", "", {}, 8, None, 8),  # no quota on its own cgroup
         ("go1.25.0", "", {"GODEBUG": "containermaxprocs=0"}, 8, 1.0, 8),
+        ("go1.26.8", f"{OLD_GO_MOD}\n", {}, 8, 1.0, 8),  # go.mod `go 1.24`: off by default
+        ("go1.26.8", f"{OLD_GO_MOD}\n", {"GODEBUG": "containermaxprocs=1"}, 8, 1.0, 2),  # ... on again
         ("go1.25.0", "", {"GOMAXPROCS": "3"}, 8, 1.0, 3),  # the environment first
         ("go1.22.1", "dep\tgo.uber.org/automaxprocs\tv1.6.0\n", {}, 8, 2.5, 2),  # automaxprocs: rounded down
         ("go1.22.1", "dep\tgo.uber.org/automaxprocs\tv1.6.0\n", {}, 8, 0.5, 1),  # ... at least 1
@@ -766,12 +777,50 @@ def test_gomaxprocs_as_each_go_picks_it(monkeypatch: pytest.MonkeyPatch, version
     ],
 )
 def test_the_jvms_active_processors(monkeypatch: pytest.MonkeyPatch, env: dict[str, str], args: list[str],
-                                    quota: float | None, size: int) -> None:  # fmt: skip
+                                    quota: float | None, size: int, tmp_path: Path) -> None:  # fmt: skip
+    (tmp_path / "cgroups").write_text(PROC_CGROUPS_V1)
+    monkeypatch.setattr(threadpools, "PROC_CGROUPS", tmp_path / "cgroups")
     monkeypatch.setattr(threadpools, "_environ", lambda pid: env)
     monkeypatch.setattr(threadpools, "_cmdline", lambda pid: args)
     monkeypatch.setattr(threadpools, "_allowed", lambda pid: 8)
     pool = threadpools.jvm_pool(7, "/nonexistent/bin/java", quota)
     assert pool.runtime == "jvm" and pool.size == size and pool.version is None, pool
+
+
+# /proc/cgroups with every row (a kernel with the v1 parts), and without cpuset and memory's (7.3
+# without CONFIG_CPUSETS_V1 and CONFIG_MEMCG_V1: the lab's guests)
+PROC_CGROUPS_V1 = "#subsys_name\thierarchy\tnum_cgroups\tenabled\n" + "".join(
+    f"{name}\t0\t1\t1\n" for name in ("cpuset", "cpu", "cpuacct", "memory", "pids")
+)
+PROC_CGROUPS_V2_ONLY = "".join(line + "\n" for line in PROC_CGROUPS_V1.splitlines() if "cpuset" not in line
+                               and "memory" not in line)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("version", "args", "size"),
+    [
+        ("17.0.15", ["java", "Main"], 8),  # container support off: every CPU it may use
+        ("1.8.0_482", ["java", "Main"], 8),
+        ("25.0.1", ["java", "Main"], 2),  # JDK-8349988: reads cgroup.controllers itself
+        ("17.0.15", ["java", "-XX:ActiveProcessorCount=2", "Main"], 2),  # the flag still works
+    ],
+)
+def test_an_older_jvm_ignores_the_quota_without_v1_rows(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                        version: str, args: list[str], size: int) -> None:  # fmt: skip
+    """A JVM before JDK-8349988 takes /proc/cgroups without a cpuset or memory row for disabled
+    controllers and turns container support off (JDK 17.0.15 in a v2 guest said 4 on 4 vCPUs
+    under a 1-CPU quota: test_hostroot_real.py)."""
+    (tmp_path / "cgroups").write_text(PROC_CGROUPS_V2_ONLY)
+    (tmp_path / "jdk" / "bin").mkdir(parents=True)
+    (tmp_path / "jdk" / "release").write_text(f'JAVA_VERSION="{version}"\n')
+    monkeypatch.setattr(threadpools, "PROC_CGROUPS", tmp_path / "cgroups")
+    monkeypatch.setattr(threadpools, "_environ", lambda pid: {})
+    monkeypatch.setattr(threadpools, "_cmdline", lambda pid: args)
+    monkeypatch.setattr(threadpools, "_allowed", lambda pid: 8)
+    pool = threadpools.jvm_pool(os.getpid(), str(tmp_path / "jdk" / "bin" / "java"), 1.5)
+    assert pool.version == version and pool.size == size, pool
+    if size == 8:
+        assert "cpuset/memory row" in pool.why and "JDK-8349988" in pool.why, pool.why
 
 
 def test_the_threads_cause_says_what_sizes_a_wide_pool() -> None:

@@ -232,7 +232,7 @@ def commands(group: LiveGroup, burst_us: int) -> list[tuple[str, str]]:
                                   f"--burst {burst_us} {ident.pod_uid}; or a longer period for every pod with the "
                                   "kubelet's cpuCFSQuotaPeriod (CustomCPUCFSQuotaPeriod feature gate)"))  # fmt: skip
     if ident.kind == "systemd" and ident.unit:
-        unit = ident.unit
+        unit = shlex.quote(ident.unit)
         # a longer period halves nothing at systemd's default of 100 ms: offered only below it
         longer = (f", or a longer period: systemctl set-property {unit} CPUQuotaPeriodSec=100ms"
                   if group.limit.period_us < 100000 else "")  # fmt: skip

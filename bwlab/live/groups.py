@@ -137,6 +137,14 @@ def _read(path: str) -> str:
     return data.decode(errors="replace").strip()
 
 
+def _controllers(directory: str) -> list[str]:
+    """The v2 controllers on for a group (its cgroup.controllers); none if it cannot be read."""
+    try:
+        return _read(directory + "/cgroup.controllers").split()
+    except BwlabError:
+        return []
+
+
 def _burst(path: str) -> int:
     """The burst file's value; 0 where the kernel has none (before 5.14)."""
     try:
@@ -161,8 +169,9 @@ def read_limit(hier: Hierarchy, directory: Path | str) -> Limit:
             text = _read(d + "/cpu.max")
         except BwlabError:
             # the parent's cgroup.subtree_control does not give it the cpu controller (systemd
-            # enables it only down to the units with CPU settings): no limit of its own
-            if os.path.isdir(d) and not os.path.exists(d + "/cpu.max"):
+            # enables it only down to the units with CPU settings): no limit of its own. Not
+            # where cpu is on and cpu.max missing all the same (no CFS bandwidth): that says so
+            if not os.path.exists(d + "/cpu.max") and "cpu" not in _controllers(d):
                 return Limit(None, 100000)
             raise
         match = re.fullmatch(r"(max|\d+) (\d+)", text)

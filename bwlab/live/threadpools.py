@@ -5,13 +5,19 @@ group's limit: Go's GOMAXPROCS and the JVM's active processor count.
 - Go: GOMAXPROCS from the environment if set. Otherwise Go 1.25 and later take the quota of
   the cgroup the process is in (its own cgroup's, not a parent's: golang/go#81180), rounded
   up and at least 2, at most the CPUs it may run on (runtime/cgroup_linux.go,
-  adjustCgroupGOMAXPROCS; GODEBUG=containermaxprocs=0 turns that off); earlier versions take
+  adjustCgroupGOMAXPROCS; containermaxprocs=0 turns that off, in GODEBUG or by default in a
+  program whose go.mod says `go 1.24` or earlier: the build info's DefaultGODEBUG, which the
+  environment's GODEBUG overrides); earlier versions take
   the CPUs it may run on, however small the quota; a program built with
   go.uber.org/automaxprocs sets it at start to the quota rounded down, at least 1.
 - JVM: -XX:ActiveProcessorCount=N if given (command line, JAVA_TOOL_OPTIONS or
   JDK_JAVA_OPTIONS). Otherwise with container support (JDK 10 and later, on unless
   -XX:-UseContainerSupport) the quota rounded up, at most the CPUs it may run on; its GC
-  threads and common fork-join pool follow that count.
+  threads and common fork-join pool follow that count. A JVM before JDK 25 (JDK-8349988, since
+  backported to some updates) turns container support off where /proc/cgroups lacks a row
+  for cpu, cpuacct, cpuset or memory, as on kernels built without their v1 parts (6.12 and
+  later: CONFIG_CPUSETS_V1, CONFIG_MEMCG_V1): it then runs on every CPU it may use (seen in a
+  v2 guest, JDK 17.0.15: 4 on 4 vCPUs under a 1-CPU quota).
 
 A Go executable carries its version and module list in its .go.buildinfo section (Go 1.18 and
 later: a magic, then two length-prefixed strings), which is how the version and automaxprocs
@@ -29,6 +35,9 @@ from pathlib import Path
 
 GO_MAGIC = b"\xff Go buildinf:"
 GO_CONTAINER_AWARE = (1, 25)  # the first Go whose default GOMAXPROCS reads the cgroup's quota
+PROC_CGROUPS = Path("/proc/cgroups")
+JVM_REQUIRED_ROWS = ("cpu", "cpuacct", "cpuset", "memory")  # what a JVM before JDK-8349988 checks
+JDK_READS_V2_ITSELF = 25  # the first JDK with JDK-8349988
 
 
 @dataclass(frozen=True)
@@ -117,6 +126,18 @@ def _allowed(pid: int) -> int:
         return os.cpu_count() or 1
 
 
+def _godebug(modinfo: str, env: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """(the GODEBUG settings in effect, those of them from the build's DefaultGODEBUG): the
+    main module's go line sets the defaults (go.mod `go 1.24` keeps containermaxprocs=0), the
+    environment's GODEBUG overrides them."""
+    default: dict[str, str] = {}
+    for line in modinfo.splitlines():
+        if line.startswith("build\tDefaultGODEBUG="):
+            default = dict(kv.partition("=")[::2] for kv in line.split("=", 1)[1].split(",") if kv)
+    given = dict(kv.partition("=")[::2] for kv in env.get("GODEBUG", "").split(",") if kv)
+    return {**default, **given}, {k: v for k, v in default.items() if k not in given}
+
+
 def go_pool(pid: int, exe: str, info: tuple[str, str], quota_cpus: float | None) -> Pool:
     """A Go program's GOMAXPROCS; `quota_cpus`: the limit of the cgroup it is in (its own)."""
     version, modinfo = info
@@ -130,12 +151,17 @@ def go_pool(pid: int, exe: str, info: tuple[str, str], quota_cpus: float | None)
         return Pool(pid, exe, "go", version, n, f"automaxprocs: the quota's {quota_cpus:.2f} CPUs rounded down")
     parsed = _go_version(version)
     aware = parsed is not None and parsed >= GO_CONTAINER_AWARE
-    if aware and "containermaxprocs=0" not in env.get("GODEBUG", "") and quota_cpus is not None:
+    godebug, by_default = _godebug(modinfo, env)
+    off = godebug.get("containermaxprocs") == "0"
+    if aware and not off and quota_cpus is not None:
         n = min(allowed, max(2, math.ceil(quota_cpus)))
         why = f"{shown} sets GOMAXPROCS to its cgroup's {quota_cpus:.2f} CPUs rounded up, at least 2"
         return Pool(pid, exe, "go", version, n, why)
     if aware:
-        why = "no quota on its own cgroup (Go reads no parent's)" if quota_cpus is None else "containermaxprocs=0"
+        why = ("no quota on its own cgroup (Go reads no parent's)" if quota_cpus is None
+               else "its go.mod's go line before 1.25 (DefaultGODEBUG containermaxprocs=0; GODEBUG="
+                    "containermaxprocs=1 or GOMAXPROCS sets it)" if "containermaxprocs" in by_default
+               else "containermaxprocs=0 in GODEBUG")  # fmt: skip
         return Pool(pid, exe, "go", version, allowed, f"the {allowed} CPUs it may run on: {why}")
     return Pool(pid, exe, "go", version or None, allowed,
                 f"{shown} sets GOMAXPROCS to the {allowed} CPUs it may run on, whatever the quota")  # fmt: skip
@@ -167,10 +193,34 @@ def jvm_pool(pid: int, exe: str, quota_cpus: float | None) -> Pool:
         pass
     if (count := _java_flag(args, "ActiveProcessorCount")) is not None and count.isdigit():
         return Pool(pid, exe, "jvm", version, int(count), f"-XX:ActiveProcessorCount={count}")
+    major = _jdk_major(version)
+    missing = _proc_cgroups_missing()
+    if quota_cpus is not None and missing and (major is None or major < JDK_READS_V2_ITSELF):
+        return Pool(pid, exe, "jvm", version, allowed,
+                    f"the {allowed} CPUs it may run on: container support off, /proc/cgroups has no "
+                    f"{'/'.join(missing)} row (a kernel without their v1 parts), which a JDK before 25 "
+                    "without the JDK-8349988 backport takes for disabled controllers")  # fmt: skip
     if quota_cpus is not None and _java_flag(args, "UseContainerSupport") != "-":
         n = min(allowed, max(1, math.ceil(quota_cpus)))
         return Pool(pid, exe, "jvm", version, n, f"container support: the quota's {quota_cpus:.2f} CPUs rounded up")
     return Pool(pid, exe, "jvm", version, allowed, f"the {allowed} CPUs it may run on")
+
+
+def _jdk_major(version: str | None) -> int | None:
+    """17 of "17.0.15", 8 of "1.8.0_482"; None if unknown."""
+    parts = re.findall(r"\d+", version or "")
+    if not parts:
+        return None
+    return int(parts[1]) if parts[0] == "1" and len(parts) > 1 else int(parts[0])
+
+
+def _proc_cgroups_missing() -> list[str]:
+    """Of the rows a JVM before JDK-8349988 needs in /proc/cgroups, those missing."""
+    try:
+        rows = {line.split()[0] for line in PROC_CGROUPS.read_text().splitlines() if line and line[0] != "#"}
+    except OSError:
+        return []
+    return [name for name in JVM_REQUIRED_ROWS if name not in rows]
 
 
 def of_process(pid: int, quota_cpus: float | None,

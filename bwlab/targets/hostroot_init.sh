@@ -87,15 +87,26 @@ done
 if [ -e $X/systemd ]; then
   U=/run/systemd/system
   mkdir -p $U
-  # systemd-tmpfiles --boot would empty the host's /tmp in the guest (the command's working
-  # directory may be there), walking all of it over 9p first: it took minutes
-  for unit in systemd-tmpfiles-setup.service systemd-tmpfiles-clean.timer; do ln -s /dev/null $U/$unit; done
+  # masked: systemd-tmpfiles --boot would empty the host's /tmp in the guest (the command's
+  # working directory may be there), walking all of it over 9p first (it took minutes); the
+  # host's timers (apt, man-db, fstrim) and sysctl.d (for the host's kernel) are not the
+  # guest's; an emergency or rescue shell would wait on a console nobody reads
+  for unit in systemd-tmpfiles-setup.service systemd-tmpfiles-clean.timer timers.target \
+    systemd-sysctl.service emergency.target emergency.service rescue.target rescue.service; do
+    ln -s /dev/null $U/$unit
+  done
+  : > /etc/fstab # the host's filesystems are not the guest's (written in the overlay)
   printf '%s\n' "[Unit]" "Description=bwlab guest exec" "DefaultDependencies=no" \
     "Wants=basic.target bwlab-exec.service" > $U/bwlab-exec.target
+  # the guest ends whatever becomes of the command's service: stage 3 reboots when the command
+  # ends; a service that never starts (5 min) or ends otherwise reboots the guest too, saying so
   printf '%s\n' "[Unit]" "Description=bwlab guest exec: the command" "DefaultDependencies=no" \
-    "After=basic.target" "[Service]" \
+    "After=basic.target" "JobTimeoutSec=300" "JobTimeoutAction=reboot-force" \
+    "SuccessAction=reboot-force" "FailureAction=reboot-force" "[Service]" \
     "Type=exec" "ExecStart=/bin/sh $self stage3" "StandardInput=null" "StandardOutput=null" \
-    "StandardError=null" > $U/bwlab-exec.service
+    "StandardError=null" \
+    "ExecStopPost=/bin/sh -c '[ -e $X/status ] || echo systemd stopped the command before it ended > $X/failed'" \
+    > $U/bwlab-exec.service
   exec /lib/systemd/systemd --unit=bwlab-exec.target --log-target=kmsg --log-level=warning --show-status=false
 fi
 run_command

@@ -24,7 +24,8 @@ echo "20000 10000" > $R/bwlab-tools-w-late/cpu.max
 wait $watch && echo "watch_rc 0" || echo "watch_rc $?"
 for g in w-a w-b w-late other; do echo "burst_$g $(cat $R/bwlab-tools-$g/cpu.max.burst)"; done
 echo "watch_verified $(grep -c '(verified)' $W/watch.out || :)"
-# a burst the kernel refuses (larger than the quota): a one-line error, the old value kept
+# a burst larger than the quota (the kernel's rule, which tune checks first): a one-line error,
+# the old value kept
 T=$R/bwlab-tools-t
 mkdir $T $T/thr
 echo "5000 10000" > $T/cpu.max
@@ -39,22 +40,28 @@ sb=$!
 echo $sb > $T/cgroup.procs
 echo threaded > $T/thr/cgroup.type
 echo +cpu > $T/cgroup.subtree_control
-ls /proc/$sb/task | tail -1 > $T/thr/cgroup.threads
+i=0  # its worker threads exist (sysbench makes them after it starts), at most 30 s
+while [ "$(ls /proc/$sb/task | wc -l)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
+ls /proc/$sb/task | grep -vx "$sb" | head -1 > $T/thr/cgroup.threads
 echo "threaded_type $(cat $T/thr/cgroup.type) $(wc -w < $T/thr/cgroup.threads)"
-doc=$($B doctor /bwlab-tools-t/thr --seconds 2 --json - --no-predict 2> $W/thr.err)
+doc=$($B doctor /bwlab-tools-t/thr --seconds 2 --json - --no-predict 2> $W/thr.err) || :
 echo "threaded_doctor $(echo "$doc" | pick asked,group,limit,periods,throttled)"
 echo "threaded_doctor_err $(head -c 300 $W/thr.err | tr '\n' ' ')"
 echo "top $($B top --iterations 1 --interval 1 2> $W/top.err | tr -s ' \n' '  ') $(head -c 300 $W/top.err | tr '\n' ' ')"
 kill $sb
 wait $sb 2> /dev/null || :
-# A: one thread at half a CPU, twice its quota (at quota), on a burst; the exporter reads it
-# each second, Prometheus scrapes the exporter each second
+# A: one thread at half a CPU, twice its quota (at quota), on a burst, stopped for 0.3 s every
+# 0.3 s (the quota it leaves then is what a burst accrues, whatever else takes the CPUs); the
+# exporter reads it each second, Prometheus scrapes the exporter each second
 A=$R/bwlab-tools-a
 mkdir $A
 echo "5000 10000" > $A/cpu.max
 echo 2000 > $A/cpu.max.burst
 sysbench cpu --threads=1 --time=0 run > /dev/null &
-echo $! > $A/cgroup.procs
+a=$!
+echo $a > $A/cgroup.procs
+pids="$pids $a"
+(while kill -STOP $a 2> /dev/null; do sleep 0.3; kill -CONT $a; sleep 0.3; done) &
 pids="$pids $!"
 $B exporter --listen 127.0.0.1:9860 --interval 1 2> $W/exporter.err &
 pids="$pids $!"
@@ -65,9 +72,10 @@ EOF
 prometheus --config.file=$W/prometheus.yml --storage.tsdb.path=$W/data \
   --web.listen-address=127.0.0.1:9090 > $W/prometheus.log 2>&1 &
 pids="$pids $!"
-q() { curl -s --get --data-urlencode "query=$1" http://127.0.0.1:9090/api/v1/query; }
-i=0  # until Prometheus has scraped A's burst counter (at most 90 s)
-until q 'bwlab_cfs_bursts_total{id="/bwlab-tools-a"} > 0' 2> /dev/null | grep -q '"value"' || [ $i -ge 90 ]; do
+q() { curl -s --get --data-urlencode "query=$1" http://127.0.0.1:9090/api/v1/query && echo; }
+i=0  # until Prometheus has scraped A's at-quota throttles and burst counter (at most 90 s)
+until { q 'bwlab_cfs_bursts_total{id="/bwlab-tools-a"} > 0' && q 'bwlab_throttled_periods_total{id="/bwlab-tools-a",verdict="at_quota"} > 0'; } 2> /dev/null |
+  grep -c '"value"' | grep -qx 2 || [ $i -ge 90 ]; do
   sleep 1
   i=$((i + 1))
 done
@@ -78,9 +86,11 @@ curl -s http://127.0.0.1:9860/metrics > $W/metrics
 promtool check metrics < $W/metrics > $W/lint 2>&1 && echo "lint 0" || echo "lint $? $(head -c 300 $W/lint)"
 echo "exporter_err $(head -c 300 $W/exporter.err | tr '\n' ' ')"
 # shellcheck disable=SC2086
-kill $pids
+kill $pids 2> /dev/null || :
+kill -CONT $a 2> /dev/null || :
 wait || :
 for g in t/thr t a w-a w-b w-late other; do
-  while ! rmdir $R/bwlab-tools-$g 2> /dev/null; do sleep 0.1; done
+  i=0 # the killed tasks leave their groups
+  while ! rmdir $R/bwlab-tools-$g 2> /dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 done
 rm -rf "$W"

@@ -42,3 +42,6 @@ sleep 5
 p2=$(sed -n 's/^nr_periods //p' $E/cpu.stat) t2=$(sed -n 's/^nr_throttled //p' $E/cpu.stat)
 echo "equal_throttled $((t1 - t0)) of $((p1 - p0)) untuned, $((t2 - t1)) of $((p2 - p1)) tuned"
 systemctl stop bwlab-equal
+# the command's stderr and exit status come back from systemd's service as from bwlab's init
+echo "to stderr" >&2
+exit 3
