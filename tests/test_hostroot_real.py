@@ -168,8 +168,9 @@ def _prom_value(doc: dict[str, Any]) -> float:
 @pytest.mark.untimed  # counts and values, no timing: runs in the parallel phase
 def test_the_agent_and_the_exporter_on_real_cgroup_v2(kernel_key: str) -> None:
     """tune --watch gives matching v2 groups their burst (one made after it started too) and
-    leaves the others; a burst the kernel refuses is a one-line error and the old one stays; a
-    threaded subtree is diagnosed through its limited threaded domain and listed by top; the
+    leaves the others; a burst above the quota is a one-line error and the old one stays; a
+    threaded subtree is diagnosed through its limited threaded domain and listed by top; a
+    child whose own limit is looser than its parent's is diagnosed through the parent; the
     exporter on v2, scraped by this machine's Prometheus, has a group's throttles and its
     burst's own counters (cpu.stat nr_bursts), and its exposition passes promtool."""
     res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
@@ -188,6 +189,11 @@ def test_the_agent_and_the_exporter_on_real_cgroup_v2(kernel_key: str) -> None:
     (threaded,) = got["threaded_doctor"]
     assert threaded["asked"] == "/bwlab-tools-t/thr" and threaded["group"] == "/bwlab-tools-t", threaded
     assert threaded["limit"].startswith("0.50 CPUs") and threaded["throttled"] > 0, threaded
+    (looser,) = got["looser_doctor"]  # its own 2 CPUs under the parent's 0.5: the parent's throttles
+    assert looser["asked"] == "/bwlab-tools-l/c" and looser["group"] == "/bwlab-tools-l", looser
+    assert looser["limit"].startswith("0.50 CPUs") and looser["throttled"] > 0, looser
+    (said,) = got["looser_doctor_err"]
+    assert "own limit (2.00 CPUs" in said and "looser than /bwlab-tools-l's (0.50 CPUs" in said, said
     (top,) = got["top"]
     assert "/bwlab-tools-t " in top and "/bwlab-tools-w-late" in top, top
     (at,) = got["prom_at"]

@@ -168,6 +168,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         # the ancestor's, whose counters and threads (this group's among them) are watched
         group = groups.group_at(group.limited_by, group.hierarchy)
         console.print(f"{asked} has no limit of its own; {group.path}'s throttles it: watching {group.path}")
+    elif group.limited_by != group.path and groups.tighter(group.effective, group.limit):
+        # a limit of its own looser than an ancestor's: the ancestor runs out first and
+        # throttles it there, which this group's own cpu.stat never counts
+        own = group.limit.describe()
+        group = groups.group_at(group.limited_by, group.hierarchy)
+        console.print(f"{asked}'s own limit ({own}) is looser than {group.path}'s ({group.limit.describe()}), "
+                      f"which throttles it: watching {group.path}")  # fmt: skip
     if not group.threads():
         raise BwlabError(f"{group.path} has no process, nor have its children: nothing runs there to throttle "
                          "(name the group of a running program: a PID, a container ID or a path)")  # fmt: skip

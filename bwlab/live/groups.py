@@ -189,7 +189,7 @@ def read_limit(hier: Hierarchy, directory: Path | str) -> Limit:
     return Limit(quota, int(period_text), _burst(d + "/cpu.cfs_burst_us"))
 
 
-def _tighter(a: Limit, b: Limit) -> bool:
+def tighter(a: Limit, b: Limit) -> bool:
     """a limits more CPUs than b does not, i.e. a is the tighter one."""
     return a.cpus is not None and (b.cpus is None or a.cpus < b.cpus)
 
@@ -211,7 +211,7 @@ def _walk(hier: Hierarchy) -> Iterator[tuple[str, Limit, Limit, str]]:
             raise
         parent = (rel.rsplit("/", 1)[0] or "/") if rel != "/" else None
         inherited = effective.get(parent) if parent is not None else None
-        if inherited is not None and not _tighter(own, inherited[0]):
+        if inherited is not None and not tighter(own, inherited[0]):
             eff = inherited
         else:
             eff = (own, rel)
@@ -254,7 +254,7 @@ def _walk_to(hier: Hierarchy, rel: str) -> Iterator[tuple[str, Limit, Limit, str
     for n in range(len(parts) + 1):
         sub = "/" + "/".join(parts[:n]) if n else "/"
         own = read_limit(hier, hier.cpu / sub.lstrip("/"))
-        if eff is None or _tighter(own, eff[0]):
+        if eff is None or tighter(own, eff[0]):
             eff = (own, sub)
         yield sub, own, eff[0], eff[1]
 

@@ -50,6 +50,22 @@ echo "threaded_doctor_err $(head -c 300 $W/thr.err | tr '\n' ' ')"
 echo "top $($B top --iterations 1 --interval 1 2> $W/top.err | tr -s ' \n' '  ') $(head -c 300 $W/top.err | tr '\n' ' ')"
 kill $sb
 wait $sb 2> /dev/null || :
+# a child whose own limit (2 CPUs) is looser than its parent's (half a CPU): the parent throttles
+# it, which the child's own cpu.stat never counts, so doctor watches the parent
+L=$R/bwlab-tools-l
+mkdir $L
+echo "5000 10000" > $L/cpu.max
+echo +cpu > $L/cgroup.subtree_control
+mkdir $L/c
+echo "20000 10000" > $L/c/cpu.max
+sysbench cpu --threads=1 --time=0 run > /dev/null &
+sb=$!
+echo $sb > $L/c/cgroup.procs
+doc=$($B doctor /bwlab-tools-l/c --seconds 2 --json - --no-predict 2> $W/looser.err) || :
+echo "looser_doctor $(echo "$doc" | pick asked,group,limit,periods,throttled)"
+echo "looser_doctor_err $(head -c 300 $W/looser.err | tr '\n' ' ')"
+kill $sb
+wait $sb 2> /dev/null || :
 # A: one thread at half a CPU, twice its quota (at quota), on a burst, stopped for 0.3 s every
 # 0.3 s (the quota it leaves then is what a burst accrues, whatever else takes the CPUs); the
 # exporter reads it each second, Prometheus scrapes the exporter each second
@@ -89,7 +105,7 @@ echo "exporter_err $(head -c 300 $W/exporter.err | tr '\n' ' ')"
 kill $pids 2> /dev/null || :
 kill -CONT $a 2> /dev/null || :
 wait || :
-for g in t/thr t a w-a w-b w-late other; do
+for g in t/thr t l/c l a w-a w-b w-late other; do
   i=0 # the killed tasks leave their groups
   while ! rmdir $R/bwlab-tools-$g 2> /dev/null && [ $i -lt 100 ]; do sleep 0.1; i=$((i + 1)); done
 done
