@@ -10,6 +10,12 @@ B=.venv/bin/bwlab
 pids=""
 # a JSON document's top-level keys named in $1 (comma-separated), as one line of JSON
 pick() { .venv/bin/python -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({k: d.get(k) for k in sys.argv[1].split(",")}))' "$1"; }
+# lines "NAME_doctor" (doctor's JSON on GROUP, a few keys) and "NAME_doctor_err" (what it said)
+diagnosed() {
+  doc=$($B doctor "$2" --seconds 2 --json - --no-predict 2> "$W/$1.err") || :
+  echo "$1_doctor $(echo "$doc" | pick asked,group,limit,periods,throttled)"
+  echo "$1_doctor_err $(head -c 300 "$W/$1.err" | tr '\n' ' ')"
+}
 # the agent: groups matching the glob get their burst, one made after it started too; a
 # group outside the selector is left alone
 for g in w-a w-b other; do mkdir $R/bwlab-tools-$g; done
@@ -44,9 +50,7 @@ i=0  # its worker threads exist (sysbench makes them after it starts), at most 3
 while [ "$(ls /proc/$sb/task | wc -l)" -lt 3 ] && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 ls /proc/$sb/task | grep -vx "$sb" | head -1 > $T/thr/cgroup.threads
 echo "threaded_type $(cat $T/thr/cgroup.type) $(wc -w < $T/thr/cgroup.threads)"
-doc=$($B doctor /bwlab-tools-t/thr --seconds 2 --json - --no-predict 2> $W/thr.err) || :
-echo "threaded_doctor $(echo "$doc" | pick asked,group,limit,periods,throttled)"
-echo "threaded_doctor_err $(head -c 300 $W/thr.err | tr '\n' ' ')"
+diagnosed threaded /bwlab-tools-t/thr
 echo "top $($B top --iterations 1 --interval 1 2> $W/top.err | tr -s ' \n' '  ') $(head -c 300 $W/top.err | tr '\n' ' ')"
 kill $sb
 wait $sb 2> /dev/null || :
@@ -61,9 +65,7 @@ echo "20000 10000" > $L/c/cpu.max
 sysbench cpu --threads=1 --time=0 run > /dev/null &
 sb=$!
 echo $sb > $L/c/cgroup.procs
-doc=$($B doctor /bwlab-tools-l/c --seconds 2 --json - --no-predict 2> $W/looser.err) || :
-echo "looser_doctor $(echo "$doc" | pick asked,group,limit,periods,throttled)"
-echo "looser_doctor_err $(head -c 300 $W/looser.err | tr '\n' ' ')"
+diagnosed looser /bwlab-tools-l/c
 kill $sb
 wait $sb 2> /dev/null || :
 # A: one thread at half a CPU, twice its quota (at quota), on a burst, stopped for 0.3 s every
