@@ -286,23 +286,23 @@ def find(target: str, hier: Hierarchy | None = None) -> LiveGroup:
     if "/" in target:
         return group_at(target, hier)
     if re.search(r"\.(service|scope|slice)$", target):
+        # the same name may be in several slices (user units, nested slices)
         units = [g for g in discover(hier, include_inherited=True) if g.identity.unit == target]
-        if len(units) == 1:
-            return units[0]
-        if len(units) > 1:  # the same name in several slices (user units, nested slices)
-            raise BwlabError(f"{target!r} matches {len(units)} groups: {', '.join(g.path for g in units[:3])}")
-        raise BwlabError(f"no CPU-limited systemd unit {target!r}, nor one under a limited slice (bwlab top "
-                         "lists them)")  # fmt: skip
+        return _only(target, units, f"no CPU-limited systemd unit {target!r}, nor one under a limited slice")
     if re.fullmatch(r"[0-9a-f][0-9a-f_-]{5,}", target):
         matches = [g for g in discover(hier, include_inherited=True)
                    if (g.identity.container_id or "").startswith(target)
                    or (g.identity.pod_uid or "").startswith(target.replace("_", "-"))]  # fmt: skip
         # a pod's own group, not its containers', when a pod UID was given
         pods = [g for g in matches if g.identity.container_id is None]
-        chosen = pods or matches
-        if len(chosen) == 1:
-            return chosen[0]
-        if len(chosen) > 1:
-            raise BwlabError(f"{target!r} matches {len(chosen)} groups: {', '.join(g.path for g in chosen[:3])}")
-        raise BwlabError(f"no CPU-limited container or pod {target!r} (bwlab top lists them)")
+        return _only(target, pods or matches, f"no CPU-limited container or pod {target!r}")
     return group_at(target, hier)
+
+
+def _only(target: str, found: list[LiveGroup], none: str) -> LiveGroup:
+    """The one group `target` names, or a one-line error: several (the first three), or `none`."""
+    if len(found) == 1:
+        return found[0]
+    if len(found) > 1:
+        raise BwlabError(f"{target!r} matches {len(found)} groups: {', '.join(g.path for g in found[:3])}")
+    raise BwlabError(f"{none} (bwlab top lists them)")

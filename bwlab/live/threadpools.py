@@ -194,8 +194,8 @@ def jvm_pool(pid: int, exe: str, quota_cpus: float | None) -> Pool:
     if (count := _java_flag(args, "ActiveProcessorCount")) is not None and count.isdigit():
         return Pool(pid, exe, "jvm", version, int(count), f"-XX:ActiveProcessorCount={count}")
     major = _jdk_major(version)
-    missing = _proc_cgroups_missing()
-    if quota_cpus is not None and missing and (major is None or major < JDK_READS_V2_ITSELF):
+    old_jdk = major is None or major < JDK_READS_V2_ITSELF
+    if quota_cpus is not None and old_jdk and (missing := _proc_cgroups_missing()):  # read for those only
         return Pool(pid, exe, "jvm", version, allowed,
                     f"the {allowed} CPUs it may run on: container support off, /proc/cgroups has no "
                     f"{'/'.join(missing)} row (a kernel without their v1 parts), which a JDK before 25 "
