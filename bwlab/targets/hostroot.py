@@ -198,7 +198,7 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         check_paths(share, workdir)
         write_share(share, argv, workdir, env or {}, features, interactive)
         if init == "systemd":
-            (share / "systemd").write_text("")
+            (share / "systemd").write_text(SYSTEMD)  # what stage 2 execs
         fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")
         cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive)
         tails = [] if interactive else [_Tail(share / "stdout", out), _Tail(share / "stderr", err)]

@@ -12,7 +12,7 @@
 # host copies out as they grow (`exec`), or a login shell on the console (`shell`). Its exit
 # status goes to the share, and the guest reboots, which ends QEMU (-no-reboot). What keeps
 # the command from running is written to the share's `failed`, for the host to say.
-# With the share's `systemd` (--init systemd), stage 2 hands PID 1 to this machine's systemd with
+# With the share's `systemd` (--init systemd: systemd's path), stage 2 hands PID 1 to it with
 # a target of its own that starts one service, bwlab-exec.service, which runs stage 3 ("stage3"):
 # the command as above. No other unit of the host's starts unless the command starts it.
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin
@@ -107,6 +107,6 @@ if [ -e $X/systemd ]; then
     "StandardError=null" \
     "ExecStopPost=/bin/sh -c '[ -e $X/status ] || echo systemd stopped the command before it ended > $X/failed'" \
     > $U/bwlab-exec.service
-  exec /lib/systemd/systemd --unit=bwlab-exec.target --log-target=kmsg --log-level=warning --show-status=false
+  exec "$(cat $X/systemd)" --unit=bwlab-exec.target --log-target=kmsg --log-level=warning --show-status=false
 fi
 run_command
