@@ -116,11 +116,22 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
     all. Not the state alone: a thread that 6.18 throttled is off its runqueue and not shown
     runnable, and one such thread, wanting a CPU through three periods, went untraced until it
     slept, its periods weighed at half what its group wanted (wakelat at 1 CPU per 10 ms,
-    2026-11-24)."""
+    2026-11-24).
+
+    A wakeup seen while the thread wanted a CPU, then a switch out asleep, is one of two things,
+    and the thread's next event tells which. A TCG guest's CPUs' clocks differ by microseconds:
+    the wakeup, traced on another CPU, can sort before the sleep it ends; the thread then wants
+    a CPU throughout and next runs with no wakeup (its next event a switch). Or, on any
+    machine, the thread was woken twice and slept again after the second (a wait in a loop:
+    this host's wakelat workers, 2026-11-28); its next event is a wakeup, and it slept from the
+    switch out. Taken always for the first, such a thread counted as wanting a CPU for a
+    second and more while it slept, and doctor --ebpf's truth put two quotas in periods whose
+    group ran one thread (docs/testing.md)."""
     trace = Trace(start, end)
     since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
     seen: set[int] = set()
     woken_awake: set[int] = set()  # woken while wanting a CPU: since it last switched
+    asleep_at: dict[int, float] = {}  # then switched out asleep, at: its next event says which
     for t, kind, values in sorted(events):
         if kind == "p":
             trace.timers.setdefault(values[0], []).append(t)
@@ -129,7 +140,12 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
         if tid not in seen:
             seen.add(tid)
             since[tid] = start if kind in "si" else None
-        if kind == "w":
+        if (slept := asleep_at.pop(tid, None)) is not None and kind == "w":
+            began = since.get(tid)  # woken again: it slept from the switch out
+            if began is not None and began < slept:
+                trace.wanting.setdefault(tid, []).append((began, slept))
+            since[tid] = t
+        elif kind == "w":
             if since.get(tid) is None:
                 since[tid] = t
             else:
@@ -143,8 +159,9 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
             # is a wakeup that came after that sleep began, timed by another CPU's clock a few
             # microseconds off (a TCG guest: wakelat's message thread woken 9 us "before" it
             # slept, then run with no wakeup after; its periods were weighed at 0). It
-            # wants a CPU throughout.
+            # wants a CPU throughout, unless its next event is a wakeup (the docstring).
             woken_awake.discard(tid)
+            asleep_at[tid] = t
         elif values[1]:  # switched out asleep
             began = since.get(tid, start)
             since[tid] = None
@@ -153,8 +170,9 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
         else:
             woken_awake.discard(tid)
     for tid, began in since.items():
-        if began is not None and began < end:
-            trace.wanting.setdefault(tid, []).append((began, end))
+        until = asleep_at.get(tid, end)  # no event after such a sleep: taken as a sleep
+        if began is not None and began < until:
+            trace.wanting.setdefault(tid, []).append((began, until))
     return trace
 
 
