@@ -28,7 +28,7 @@ import pytest
 
 from bwlab import cgroup, cpustat
 from bwlab.live import whatif
-from bwlab.targets.host import kernel_hz
+from bwlab.machine import kernel_hz
 from bwlab.workloads import programs, wakelat
 from bwlab.workloads.trace import read_trace
 

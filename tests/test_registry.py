@@ -150,6 +150,7 @@ LAYERS = [
     {
         "errors",
         "paths",
+        "machine",
         "choices",
         "progress",
         "stats",

@@ -29,7 +29,7 @@ from typing import Any
 import pytest
 
 from bwlab import cgroup
-from bwlab.targets.host import kernel_hz
+from bwlab.machine import kernel_hz
 
 from conftest import (
     DATA,

@@ -27,9 +27,9 @@ from typing import Any
 
 from bwlab.live import groups, threadpools
 from bwlab.live.groups import LiveGroup
+from bwlab.machine import kernel_hz
 from bwlab.paths import sysctl_path
 from bwlab.periods import Analysis
-from bwlab.targets.host import kernel_hz
 
 # over-use in some periods while the average is at most this share of the quota: bursty
 BURSTY_SHARE = 0.9

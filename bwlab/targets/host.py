@@ -4,10 +4,8 @@ repetition in a fresh cgroup, its processes and groups removed on error and on S
 from __future__ import annotations
 
 import contextlib
-import gzip
 import os
 import platform
-import re
 import signal
 import subprocess
 import tempfile
@@ -17,6 +15,7 @@ from pathlib import Path
 
 from bwlab import cgroup, results, schedtrace, threads
 from bwlab.errors import BwlabError
+from bwlab.machine import kernel_hz
 from bwlab.paths import sysctl_path
 from bwlab.progress import console, run_progress
 from bwlab.scenario import RunSpec, Scenario, noise_seconds
@@ -160,20 +159,6 @@ def _hung_message(program: str, spec: RunSpec, limit: float, stoppable: bool) ->
             'yourself: argv = ["timeout", "@DURATION@", ...] (with check_exit = false: timeout exits 124)'
         )
     return f"{head} A built-in workload ends by itself: is the machine overloaded?"
-
-
-def kernel_hz() -> int | None:
-    """CONFIG_HZ of the running kernel, from its config if one is published."""
-    candidates = [Path("/proc/config.gz"), Path(f"/boot/config-{platform.release()}")]
-    for path in candidates:
-        try:
-            text = gzip.decompress(path.read_bytes()).decode() if path.suffix == ".gz" else path.read_text()
-        except OSError:
-            continue
-        match = re.search(r"^CONFIG_HZ=(\d+)", text, re.MULTILINE)
-        if match:
-            return int(match.group(1))
-    return None
 
 
 def run_noise(seconds: int, ncpu: int) -> str:
