@@ -10,10 +10,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from bwlab import scenario
 from bwlab.periods import Limit
 from bwlab.stats import mean_sd
-from bwlab.targets import sim
 
 
 @dataclass(frozen=True)
@@ -56,6 +54,11 @@ def predict(trace: Path, variants: list[Variant], ncpu: int, hz: int, slice_us: 
             reps: int = 5) -> list[Prediction]:  # fmt: skip
     """Throttled periods (%) predicted for each variant, mean and stdev over `reps` seeds, and
     the p99 throttle stall."""
+    # the simulator and the scenario loader are the lab's: loaded only when a prediction runs
+    # (doctor --no-predict, top and tune never do; in a TCG guest each import costs seconds)
+    from bwlab import scenario
+    from bwlab.targets import sim
+
     out = []
     with tempfile.TemporaryDirectory(prefix="bwlab-whatif-") as tmp:
         for i, v in enumerate(variants):
