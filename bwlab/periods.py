@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 SETTLE_S = 0.005  # how long after a boundary its throttles are all counted (a tick at HZ=250, and some)
 SLACK = 0.10
 # A verdict whose demand lies this close to its line (as a share of the quota) could go either
-# way: against the eBPF trace on wakelat's bursts at 100 ms (32 runs, docs/live.md) every wrong
+# way: against the eBPF trace on wakelat's bursts at 100 ms (32 runs, docs/results.md, Live tools) every wrong
 # verdict but five was a period whose true demand lay within 3.3 % of the quota of the line.
 NEAR = 0.03
 

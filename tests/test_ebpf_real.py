@@ -14,7 +14,7 @@ from running) is measured, not estimated. Contracts:
   over-use so (>= 90 % per run), its estimate of each period's demand is close to the traced one
   (90th percentile within 3 % of the quota at 100 ms, 15 % at 10 ms), what it calls below
   quota is (at most 15 % of the calls wrong, four however few), and it finds at least half of the
-  truly below-quota ones per run (docs/live.md, 2026-11-24: 98 of 109 at 100 ms over sixteen
+  truly below-quota ones per run (docs/results.md, Live tools, 2026-11-24: 98 of 109 at 100 ms over sixteen
   runs, 157 of 163 at 10 ms over ten; a single run found 7 of 9).
 """
 

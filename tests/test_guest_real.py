@@ -241,7 +241,7 @@ def test_the_detector_against_traced_bursts_on_v2(kernel_key: str, tmp_path: Pat
     """The below-quota-bursts scenario in a guest with tracepoints (cgroup v2): each repetition
     of the detector agrees with the traced truth as assert_agrees_with_truth asks, except that
     up to a fifth of its below-quota calls may be wrong (three however few), not a tenth: at
-    10 ms, 16 repetitions on 2026-11-25 at 045c01b (docs/live.md) had 0-2 wrong calls each
+    10 ms, 16 repetitions on 2026-11-25 at 045c01b (docs/results.md, Live tools) had 0-2 wrong calls each
     (0-22 %), 96.6 % right pooled; the rest as asked (over-use called so, half the truly below
     found: 54-100 % per repetition, 89.0 % pooled), and at 100 ms two over-use periods called
     below however few: those 16 repetitions had 0-2 of 1-44 throttled periods, each within

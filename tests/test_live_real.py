@@ -239,7 +239,7 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
     tolerance of what is measured, unwatched (its counters, as the replay predicts them), over
     the same arrivals: as it is, and after tune applied the burst. Watching lowers the group's
     throttling by a varying amount (CI, 2026-11-25: 27.6 % while doctor watched, 33.5 %
-    predicted; docs/live.md, Cost), so doctor's own count is not what is compared.
+    predicted; docs/results.md, What the live tools cost), so doctor's own count is not what is compared.
 
     The same arrivals both times (wakelat -R): what a burst does to bursts depends on which
     bursts come (host, 50 ms burst: seed 1 31 -> 10 %, seed 2 27 -> 2.5 %, each the same on a

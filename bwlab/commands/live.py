@@ -135,7 +135,7 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     # read around each boundary and at the threads' steps only: the wake-ups are most of
     # doctor's cost, but reads at a fixed phase to the period changed the throttling of
     # sysbench at demand == quota from 50 % of periods to 2-47 % (reads every interval: less,
-    # and by a varying amount: 35-47 % on 2026-11-24, docs/live.md)
+    # and by a varying amount: 35-47 % on 2026-11-24, docs/results.md, Live tools)
     schedule = sampler.Schedule.of(interval_s, group.effective.period_us / 1e6, threads.STEP_S) if sparse else None
 
     try:
