@@ -87,10 +87,10 @@ def add_sim_args(p: argparse.ArgumentParser, hz: bool = True) -> None:
 
 
 def target_arg(value: str) -> str:
-    """host, guest, sim or an ssh:// URL (checked in full by the ssh target)."""
-    if value in ("host", "guest", "sim") or value.startswith("ssh://"):
+    """host, guest, guest-host, sim or an ssh:// URL (checked in full by the ssh target)."""
+    if value in ("host", "guest", "guest-host", "sim") or value.startswith("ssh://"):
         return value
-    raise argparse.ArgumentTypeError(f"{value!r}: expected host, guest, sim or ssh://[user@]host[:port]")
+    raise argparse.ArgumentTypeError(f"{value!r}: expected host, guest, guest-host, sim or ssh://[user@]host[:port]")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -180,8 +180,10 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("run", help="run one scenario on the host, in a guest or in the simulator")
     p.add_argument("scenario", help="built-in scenario name or path to a .toml file")
-    p.add_argument("--target", type=target_arg, default="host", metavar="{host,guest,sim,ssh://[user@]host[:port]}",
-                   help="where it runs (default host); ssh://: a machine as root over the OpenSSH client")  # fmt: skip
+    p.add_argument("--target", type=target_arg, default="host",
+                   metavar="{host,guest,guest-host,sim,ssh://[user@]host[:port]}",
+                   help="where it runs (default host); guest-host: a guest with this machine's programs "
+                   "(bwlab guest exec); ssh://: a machine as root over the OpenSSH client")  # fmt: skip
     p.add_argument("--ssh-config", metavar="FILE", help="ssh: an ssh_config file instead of ~/.ssh/config")
     p.add_argument("--kernel", metavar="KEY", help="guest: a built kernel by key (bwlab kernel list)")
     add_variant_args(p)

@@ -5,11 +5,14 @@ command line, bad input); the guest itself in test_hostroot_real.py."""
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 
+from bwlab import scenario
 from bwlab.errors import BwlabError
+from bwlab.kernel.build import KernelImage
 from bwlab.targets import hostroot
 
 from conftest import bwlab
@@ -74,3 +77,41 @@ def test_bad_input_is_one_line() -> None:
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "expected NAME=VALUE" in res.stderr, res.stderr
     res = bwlab("guest", "shell", "--kernel", "x")  # stdin is not a terminal here
     assert res.returncode == 1 and "terminal" in res.stderr, res.stderr
+
+
+def _image(tmp_path: Path, patches: tuple[str, ...] = ()) -> KernelImage:
+    return KernelImage(key="k", bzimage=tmp_path / "bzImage", version="7.3.4", release="7.3.4-k", origin="",
+                       series_digest="", patches=patches, config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+
+
+def test_guest_host_runs_this_bwlab_on_the_scenario_and_hands_back_its_result(tmp_path: Path) -> None:
+    """`--target guest-host`: the guest runs this bwlab's host target on the scenario's file,
+    with --reps and --duration only where they were given here; the script around it prints
+    the result file however the run ended, and keeps its exit status."""
+    target = hostroot.HostUserlandTarget(_image(tmp_path))
+    assert target.label == "guest-baseline-userland"
+    path = scenario.builtin_path("table2")
+    argv = target.inner_argv(scenario.load(path))
+    assert argv[:2] == ["sh", "-c"] and argv[4:] == [str(Path(sys.executable).with_name("bwlab")), "run",
+                                                     str(path.resolve()), "--target", "host"]  # fmt: skip
+    argv = target.inner_argv(scenario.load(path, {"repetitions": 1, "duration_s": 2.5}))
+    assert argv[-4:] == ["--reps", "1", "--duration", "2.5"]
+    fake = tmp_path / "fake-bwlab"  # writes a result where --out says, and fails
+    fake.write_text('#!/bin/sh\nfor a; do o=$a; done\necho partial > "$o/table2-host.json"\necho said >&2\nexit 3\n')
+    fake.chmod(0o755)
+    res = subprocess.run([*argv[:4], str(fake), *argv[5:]], capture_output=True, text=True)
+    assert (res.returncode, res.stdout, res.stderr) == (3, "partial\n", "said\n")
+    with pytest.raises(BwlabError, match="needs a patched kernel"):
+        hostroot.HostUserlandTarget(_image(tmp_path), policy="all")
+    assert hostroot.HostUserlandTarget(_image(tmp_path, ("0001.patch",)), policy="all").label == (
+        "guest-patched-all-userland"
+    )
+
+
+def test_guest_host_bad_input_is_one_line() -> None:
+    res = bwlab("run", "table2", "--target", "guest-host", "--kernel", "7.3.4-000000000000")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "no built kernel" in res.stderr, res.stderr
+    res = bwlab("run", "table2", "--target", "guest-host", "--keep")
+    assert res.returncode == 1 and "--target guest only" in res.stderr, res.stderr
+    res = bwlab("run", "table2", "--target", "host", "--accel", "tcg")
+    assert res.returncode == 1 and "guest-host" in res.stderr, res.stderr

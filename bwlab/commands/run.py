@@ -17,6 +17,7 @@ from bwlab.errors import BwlabError
 from bwlab.progress import console, out
 from bwlab.targets.base import Target
 from bwlab.targets.host import HostTarget
+from bwlab.targets.hostroot import HostUserlandTarget
 from bwlab.targets.qemu import QemuTarget
 from bwlab.targets.ssh import Remote, SshTarget
 
@@ -32,14 +33,18 @@ def target_of(args: argparse.Namespace) -> Target:
         return sim_target(args)
     if args.policy and args.target == "host":
         raise BwlabError("--policy applies to patched guests, ssh:// machines and the simulator, not the host")
-    if args.target != "guest" and (args.show_command or args.keep or args.accel != "auto"):
-        raise BwlabError("--accel, --show-command and --keep apply to --target guest only")
+    if args.target != "guest" and (args.show_command or args.keep):
+        raise BwlabError("--show-command and --keep apply to --target guest only")
+    if args.target not in ("guest", "guest-host") and args.accel != "auto":
+        raise BwlabError("--accel applies to --target guest and guest-host only")
     if args.ssh_config and not args.target.startswith("ssh://"):
         raise BwlabError("--ssh-config applies to --target ssh://... only")
     if args.target == "host":
         return HostTarget()
     if args.target.startswith("ssh://"):
         return SshTarget(Remote.parse(args.target, args.ssh_config), args.policy, args.timeout)
+    if args.target == "guest-host":
+        return HostUserlandTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel)
     return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel, args.keep)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
+import json
 import math
 import os
 import re
@@ -30,9 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+from bwlab import results, scenario
 from bwlab.errors import BwlabError
 from bwlab.kernel import policies
 from bwlab.kernel.build import KernelImage
+from bwlab.scenario import Scenario
 from bwlab.targets import qemu
 
 INIT = Path(__file__).with_name("hostroot_init.sh")
@@ -241,3 +244,86 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         started = (share / "started").read_text().strip() if (share / "started").is_file() else "nan"
         return ExecResult(status=int(status_file.read_text().strip() or "1"), started_s=float(started),
                           elapsed_s=elapsed, timer_thread=timer_thread)  # fmt: skip
+
+
+@dataclass(frozen=True)
+class HostUserlandTarget:
+    """`bwlab run --target guest-host`: a scenario on a lab kernel with this machine's userland.
+    bwlab's own host target (targets/host.py) runs inside the guest, so any program a scenario
+    names (a dynamic binary, a Go program, a JVM, a script) is a workload there, on the guest
+    kernel's real cgroup v2; the initramfs guest (targets/qemu.py) carries static programs
+    only. The result is the host target's, written through the host's /tmp (the guest's is
+    the host's), its metadata then made this guest's: target, label, kernel key and hashes,
+    policy, vCPUs, how long the boot took."""
+
+    image: KernelImage
+    vcpus: int = 2
+    policy: str | None = None
+    timeout_s: float | None = None  # default: what the initramfs guest allows the same plan
+    accel: str = "auto"  # "auto", "kvm" or "tcg": qemu.choose_accel()
+
+    def __post_init__(self) -> None:
+        if self.policy and not self.image.patches:
+            raise BwlabError(f"--policy {self.policy} needs a patched kernel; kernel {self.image.key} has no patches")
+        if not 1 <= self.vcpus <= 64:
+            raise BwlabError(f"--vcpus must be in 1..64, got {self.vcpus}")
+
+    @property
+    def label(self) -> str:
+        """The initramfs guest's label and `-userland`: 'guest-baseline-userland'."""
+        return qemu.guest_label(self.image.variant_name, self.policy, self.image.hz) + "-userland"
+
+    def inner_argv(self, sc: Scenario) -> list[str]:
+        """The command the guest runs: this bwlab's own entry point on the scenario's file, with
+        the --reps and --duration given here (the file's values otherwise), into a directory of
+        the guest's; then the result file to stdout (the guest writes nothing to the host: its
+        answers come back through the exec share), whatever the run's exit status."""
+        program = Path(sys.executable).with_name("bwlab")
+        if not program.is_file():
+            raise BwlabError(f"--target guest-host runs {program} in the guest, and it is not there")
+        argv = [str(program), "run", str(sc.path.resolve()), "--target", "host"]
+        written = scenario.load(sc.path).data
+        for key, flag in (("repetitions", "--reps"), ("duration_s", "--duration")):
+            if sc.data.get(key) != written.get(key):
+                argv += [flag, f"{sc.data[key]:g}" if isinstance(sc.data[key], float) else str(sc.data[key])]
+        script = (
+            'o=$(mktemp -d) && "$@" --out "$o" >&2; s=$?; cat "$o"/' + shlex.quote(f"{sc.name}-host.json") + "; exit $s"
+        )
+        return ["sh", "-c", script, "sh", *argv]
+
+    def run(self, sc: Scenario, out_dir: Path) -> Path:
+        specs = sc.resolve(self.vcpus, self.image.hz)
+        for spec in specs:
+            spec.workload.require_real()
+        limit = self.timeout_s if self.timeout_s is not None else qemu.guest_timeout(specs)
+        accel = qemu.choose_accel(self.accel, self.image).name
+        label = self.label + ("-kvm" if accel == "kvm" else "")  # not the same machine as a TCG guest
+        argv = self.inner_argv(sc)
+        with tempfile.TemporaryDirectory(prefix="bwlab-guesthost-") as tmp_name:
+            tmp = Path(tmp_name)
+            with (tmp / "stdout").open("wb") as out, (tmp / "stderr").open("wb") as err:
+                done = run(self.image, argv, vcpus=self.vcpus, policy=self.policy, accel=accel,
+                           timeout_s=limit, stdout=out, stderr=err)  # fmt: skip
+            said = (tmp / "stderr").read_text(errors="replace").strip().splitlines()
+            text = (tmp / "stdout").read_text(errors="replace")
+        try:
+            doc = json.loads(text)
+        except json.JSONDecodeError:
+            last = said[-1] if said else f"exit status {done.status}"
+            raise BwlabError(f"guest-host: the run in the guest wrote no result: {last}") from None
+        result = results.Result.from_json(doc, f"{sc.name} from the guest")
+        meta = result.meta
+        meta.target, meta.label, meta.accel, meta.policy = "guest-host", label, accel, self.policy
+        meta.host_kernel = os.uname().release
+        meta.hz = meta.hz or self.image.hz  # the guest has no /boot config of its kernel to read
+        meta.extra.update({
+            "kernel_key": self.image.key, "source_version": self.image.version,
+            "source_origin": self.image.origin, "series_hash": self.image.series_digest,
+            "patches": list(self.image.patches), "config_hash": self.image.config_digest,
+            "userland": "host", "boot_to_command_s": done.started_s, "timer_thread": done.timer_thread,
+        })  # fmt: skip
+        path = results.write(out_dir / f"{sc.name}-{label}.json", result)
+        if done.status != 0:
+            raise BwlabError(f"{path}: the run in the guest failed (exit status {done.status})"
+                             + (f": {said[-1]}" if said else ""))  # fmt: skip
+        return path
