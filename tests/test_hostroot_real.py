@@ -307,3 +307,30 @@ def test_go_and_jvm_pools_on_real_cgroup_v2_are_what_the_runtimes_chose(kernel_k
     assert sizes == said, (sizes, said, by_pid)  # doctor's sizes are what the runtimes chose
     assert said["go-old"] == 4 and said["go-new"] == 2, said
     assert "go.mod" in by_pid[pids["go-old"]]["why"], by_pid[pids["go-old"]]
+
+
+@pytest.mark.untimed  # twice the quota: throttled in most periods however loaded the machine
+def test_a_scenario_runs_this_machines_programs_in_a_guest(kernel_key: str, tmp_path: Path) -> None:
+    """`bwlab run --target guest-host`: a scenario whose workload is a dynamic program (this
+    machine's Python) runs on the guest kernel's cgroup v2, and its result is the guest's: the
+    kernel and its key, v2, the guest's CPUs, the userland named."""
+    res = bwlab("run", str(DATA / "guest-host-python.toml"), "--target", "guest-host", "--kernel", kernel_key,
+                "--accel", "tcg", "--out", str(tmp_path), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    (path,) = tmp_path.glob("guest-host-python-*.json")
+    doc = json.loads(path.read_text())
+    meta = doc["meta"]
+    assert (meta["target"], meta["label"], meta["kernel_key"], meta["userland"], meta["vcpus"], meta["hz"]) == (
+        "guest-host",
+        "guest-baseline-userland",
+        kernel_key,
+        "host",
+        2,
+        250,
+    ), meta
+    assert meta["kernel_release"].startswith("7.3.4") and meta["cgroup"].startswith("cgroup v2"), meta
+    reps = doc["cases"][0]["reps"]
+    pcts = [r["metrics"]["throttled_pct"] for r in reps]
+    print(f"guest-host: python at twice its quota, throttled {pcts} % of periods, boot to command "
+          f"{meta['boot_to_command_s']} s")  # fmt: skip
+    assert len(reps) == 2 and all(p > 50 for p in pcts), reps
