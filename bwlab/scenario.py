@@ -24,7 +24,12 @@ from bwlab.paths import SCENARIO_DIR
 from bwlab.workloads.base import CGROUP_ARG, REP_ARG, ParamError, Resolved, WorkloadKind, cpu_value
 
 TOP_KEYS = {"name", "description", "repetitions", "duration_s", "cgroup", "sysctl",
-            "workload", "side", "probe", "matrix", "case"}  # fmt: skip
+            "workload", "side", "probe", "matrix", "case", "target"}  # fmt: skip
+# [target] userland: what a lab guest boots the scenario with. "initramfs" (the default: the
+# lab's static programs, the measuring instrument) or "host" (this machine's own programs,
+# targets/hostroot.py: a dynamic workload runs there; --target guest then runs it as
+# --target guest-host). The host, ssh:// machines and the simulator have one userland each.
+USERLANDS = ("initramfs", "host")
 PROBE_KEYS = {"lock_classes", "noise_s"}
 CGROUP_KEYS = {"period_us", "quota_cpus", "burst_us", "burst_cpus", "burst_ticks", "burst_quota_ticks", "cpus", "depth"}
 # rewrite: cpu.max written again with its value (cgwrite); sample: the group's counters read
@@ -123,6 +128,11 @@ class Scenario:
     @property
     def description(self) -> str:
         return str(self.data.get("description", ""))
+
+    @property
+    def userland(self) -> str:
+        """What a lab guest boots it with: "initramfs" or "host" ([target] userland)."""
+        return str(self.data.get("target", {}).get("userland", "initramfs"))
 
     def resolve(self, ncpu: int, hz: int | None = None) -> list[RunSpec]:
         """Every case for a target of `ncpu` CPUs; `hz` (the target kernel's CONFIG_HZ) is
@@ -316,6 +326,15 @@ def load(path: Path, overrides: dict[str, Any] | None = None) -> Scenario:
     name = data.get("name")
     if not isinstance(name, str) or not re.match(r"^[a-z0-9][a-z0-9_-]*$", name):
         raise _err(path, text, f"name must be a lowercase identifier, got {name!r}", "name")
+    target = data.get("target", {})
+    if not isinstance(target, dict):
+        raise _err(path, text, "target must be a table ([target] userland = ...)", "target")
+    for key, value in target.items():
+        if key != "userland":
+            raise _err(path, text, f"unknown key '{key}' in [target] (known: userland)", key, "target")
+        if value not in USERLANDS:
+            raise _err(path, text, f"[target] userland must be one of {', '.join(USERLANDS)}, got {value!r}",
+                       key, "target")  # fmt: skip
     for key, value in (overrides or {}).items():
         section, dot, sub = key.partition(".")
         if dot:

@@ -311,10 +311,11 @@ def test_go_and_jvm_pools_on_real_cgroup_v2_are_what_the_runtimes_chose(kernel_k
 
 @pytest.mark.untimed  # twice the quota: throttled in most periods however loaded the machine
 def test_a_scenario_runs_this_machines_programs_in_a_guest(kernel_key: str, tmp_path: Path) -> None:
-    """`bwlab run --target guest-host`: a scenario whose workload is a dynamic program (this
-    machine's Python) runs on the guest kernel's cgroup v2, and its result is the guest's: the
+    """A scenario whose workload is a dynamic program (this machine's Python) and which asks for
+    this machine's userland ([target] userland = "host"): `--target guest` runs it as
+    `--target guest-host`, on the guest kernel's cgroup v2, and its result is the guest's: the
     kernel and its key, v2, the guest's CPUs, the userland named."""
-    res = bwlab("run", str(DATA / "guest-host-python.toml"), "--target", "guest-host", "--kernel", kernel_key,
+    res = bwlab("run", str(DATA / "guest-host-python.toml"), "--target", "guest", "--kernel", kernel_key,
                 "--accel", "tcg", "--out", str(tmp_path), timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
     (path,) = tmp_path.glob("guest-host-python-*.json")

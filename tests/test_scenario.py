@@ -303,3 +303,25 @@ def test_a_bad_value_in_the_matrix_or_a_case_names_its_line(tmp_path: Path) -> N
     path = write(tmp_path, GOOD + '[[case]]\nname = "x"\n"cgroup.period_us" = -1\n')
     with pytest.raises(scenario.ScenarioError, match=r"sc.toml:13: \[cgroup\] period_us must be an integer"):
         scenario.load(path)
+
+
+def test_a_scenario_may_ask_for_this_machines_userland(tmp_path: Path) -> None:
+    """[target] userland: "initramfs" (the default) or "host" (a guest with this machine's
+    programs: --target guest then runs it as guest-host); anything else is an error that
+    names the line."""
+    assert scenario.load(write(tmp_path, GOOD)).userland == "initramfs"
+    assert scenario.load(write(tmp_path, GOOD + '[target]\nuserland = "host"\n')).userland == "host"
+    for bad, message in (('[target]\nuserland = "docker"\n', "userland must be one of initramfs, host"),
+                         ('[target]\nkernel = "x"\n', "unknown key 'kernel' in \\[target\\]"),
+                         ('target = "host"\n', "target must be a table")):  # fmt: skip
+        text = bad + GOOD if bad.startswith("target =") else GOOD + bad
+        with pytest.raises(BwlabError, match=message) as exc:
+            scenario.load(write(tmp_path, text))
+        assert "\n" not in str(exc.value) and "sc.toml" in str(exc.value)
+
+
+def test_a_scenario_asking_for_the_host_userland_has_no_initramfs_options() -> None:
+    """--target guest with a scenario that asks for this machine's userland runs it as
+    guest-host, where --show-command and --keep (the initramfs's) mean nothing: one line."""
+    res = bwlab("run", "tests/data/guest-host-python.toml", "--target", "guest", "--show-command", "--kernel", "x")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "userland" in res.stderr, res.stderr

@@ -22,8 +22,9 @@ from bwlab.targets.qemu import QemuTarget
 from bwlab.targets.ssh import Remote, SshTarget
 
 
-def target_of(args: argparse.Namespace) -> Target:
-    """The --target the command line names, with its options."""
+def target_of(args: argparse.Namespace, sc: scenario.Scenario | None = None) -> Target:
+    """The --target the command line names, with its options; a guest boots with this
+    machine's programs where the scenario asks for them ([target] userland = "host")."""
     sim_opts = {"--tick": args.tick != "aligned", "--jitter-us": args.jitter_us != 0,
                 "--timer-latency": bool(args.timer_latency), "--noise": bool(args.noise),
                 "--seed": args.seed != 0}  # fmt: skip
@@ -43,7 +44,11 @@ def target_of(args: argparse.Namespace) -> Target:
         return HostTarget()
     if args.target.startswith("ssh://"):
         return SshTarget(Remote.parse(args.target, args.ssh_config), args.policy, args.timeout)
-    if args.target == "guest-host":
+    asked = args.target == "guest" and sc is not None and sc.userland == "host"
+    if asked and (args.show_command or args.keep):
+        raise BwlabError("this scenario asks for this machine's userland ([target] userland = \"host\"): "
+                         "--show-command and --keep apply to the initramfs guest only")  # fmt: skip
+    if args.target == "guest-host" or asked:
         return HostUserlandTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel)
     return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel, args.keep)
 
@@ -51,7 +56,7 @@ def target_of(args: argparse.Namespace) -> Target:
 def cmd_run(args: argparse.Namespace) -> int:
     sc = common.load_scenario(args.scenario, args)
     out = Path(args.out) if args.out else common.default_out(sc.name)
-    target = target_of(args)
+    target = target_of(args, sc)
     if args.show_command:
         assert isinstance(target, QemuTarget)
         print(shlex.join(target.command(sc, out)))
