@@ -126,7 +126,9 @@ def build(events: list[Event], start: float, end: float, initially: dict[int, bo
     this host's wakelat workers, 2026-11-28); its next event is a wakeup, and it slept from the
     switch out. Taken always for the first, such a thread counted as wanting a CPU for a
     second and more while it slept, and doctor --ebpf's truth put two quotas in periods whose
-    group ran one thread (docs/testing.md)."""
+    group ran one thread (docs/testing.md). The eBPF mode traces no switch-ins: there a thread
+    of the skew's case that, once run, is woken again before it next switches out is read as
+    asleep from the first switch out (a TCG guest's doctor --ebpf only; the host has no skew)."""
     trace = Trace(start, end)
     since: dict[int, float | None] = {tid: (start if wants else None) for tid, wants in initially.items()}
     seen: set[int] = set()

@@ -92,14 +92,14 @@ def test_guest_host_runs_this_bwlab_on_the_scenario_and_hands_back_its_result(tm
     assert target.label == "guest-baseline-userland"
     path = scenario.builtin_path("table2")
     argv = target.inner_argv(scenario.load(path))
-    assert argv[:2] == ["sh", "-c"] and argv[4:] == [str(Path(sys.executable).with_name("bwlab")), "run",
-                                                     str(path.resolve()), "--target", "host"]  # fmt: skip
+    assert argv[:2] == ["sh", "-c"] and argv[4:] == [sys.executable, "-m", "bwlab.cli", "run", str(path.resolve()),
+                                                     "--target", "host"]  # fmt: skip
     argv = target.inner_argv(scenario.load(path, {"repetitions": 1, "duration_s": 2.5}))
     assert argv[-4:] == ["--reps", "1", "--duration", "2.5"]
     fake = tmp_path / "fake-bwlab"  # writes a result where --out says, and fails
     fake.write_text('#!/bin/sh\nfor a; do o=$a; done\necho partial > "$o/table2-host.json"\necho said >&2\nexit 3\n')
     fake.chmod(0o755)
-    res = subprocess.run([*argv[:4], str(fake), *argv[5:]], capture_output=True, text=True)
+    res = subprocess.run([*argv[:4], str(fake), *argv[7:]], capture_output=True, text=True)
     assert (res.returncode, res.stdout, res.stderr) == (3, "partial\n", "said\n")
     with pytest.raises(BwlabError, match="needs a patched kernel"):
         hostroot.HostUserlandTarget(_image(tmp_path), policy="all")

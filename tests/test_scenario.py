@@ -7,9 +7,11 @@ import pytest
 
 from bwlab import scenario
 from bwlab.errors import BwlabError
+from bwlab.kernel.build import KernelImage
+from bwlab.targets.qemu import QemuTarget
 from bwlab.workloads.base import cpu_value
 
-from conftest import bwlab
+from conftest import DATA, bwlab
 
 
 def write(tmp_path: Path, text: str) -> Path:
@@ -323,5 +325,9 @@ def test_a_scenario_may_ask_for_this_machines_userland(tmp_path: Path) -> None:
 def test_a_scenario_asking_for_the_host_userland_has_no_initramfs_options() -> None:
     """--target guest with a scenario that asks for this machine's userland runs it as
     guest-host, where --show-command and --keep (the initramfs's) mean nothing: one line."""
-    res = bwlab("run", "tests/data/guest-host-python.toml", "--target", "guest", "--show-command", "--kernel", "x")
+    res = bwlab("run", str(DATA / "guest-host-python.toml"), "--target", "guest", "--show-command", "--kernel", "x")
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "userland" in res.stderr, res.stderr
+    image = KernelImage(key="k", bzimage=Path("bzImage"), version="7.3.4", release="7.3.4-k", origin="",
+                        series_digest="", patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+    with pytest.raises(BwlabError, match="not in the initramfs guest"):  # reproduce, bundles: QemuTarget itself
+        QemuTarget(image).run(scenario.load(DATA / "guest-host-python.toml"), Path("unused"))

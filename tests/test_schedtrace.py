@@ -310,13 +310,16 @@ def test_a_thread_woken_twice_that_sleeps_again_wants_no_cpu_while_it_sleeps() -
     then switched out asleep: its next event, a wakeup, says it slept from that switch out (on
     this host's wakelat workers, taken as the clock skew above, such a thread wanted a CPU for
     1.1 s while it slept, and put two quotas in a period its group ran one thread through).
-    One with no event after such a sleep slept to the end."""
+    One with no event after such a sleep slept to the end; one switched in next (ftrace) was
+    the clock skew's, and wanted a CPU throughout."""
     events: list[schedtrace.Event] = [
         (1.0, "w", (7,)), (1.00005, "w", (7,)), (1.00006, "s", (7, 1)),  # woken twice, asleep
         (1.2, "w", (7,)), (1.20002, "s", (7, 1)),  # an ordinary wakeup and sleep
         (1.5, "w", (7,)), (1.50005, "w", (7,)), (1.50006, "s", (7, 1)),  # woken twice again
         (2.0, "w", (7,)), (2.1, "s", (7, 0)), (2.3, "s", (7, 1)),  # preempted, then asleep
         (3.0, "w", (8,)), (3.1, "w", (8,)), (3.2, "s", (8, 1)),  # no event after: asleep
+        (3.5, "w", (9,)), (3.6, "w", (9,)), (3.61, "s", (9, 1)), (3.62, "i", (9,)), (3.7, "s", (9, 1)),  # skew
     ]  # fmt: skip
     trace = schedtrace.build(events, 0.5, 4.0, {})
-    assert trace.wanting == {7: [(1.0, 1.00006), (1.2, 1.20002), (1.5, 1.50006), (2.0, 2.3)], 8: [(3.0, 3.2)]}
+    assert trace.wanting == {7: [(1.0, 1.00006), (1.2, 1.20002), (1.5, 1.50006), (2.0, 2.3)], 8: [(3.0, 3.2)],
+                             9: [(3.5, 3.7)]}  # fmt: skip

@@ -64,7 +64,7 @@ def doctor_interval_s(period_us: int) -> float:
     """doctor's sampling interval for a group of this period: a fiftieth of it, 1 to 10 ms. The
     same resolution against the period, hence against the quota, at any period: what is read
     per period decides how closely usage is attributed to it, and a 1 ms loop is most of
-    doctor's cost (docs/live.md)."""
+    doctor's cost (docs/results.md, Live tools)."""
     return min(0.010, max(0.001, period_us / 1e6 / 50))
 
 

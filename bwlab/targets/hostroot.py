@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from bwlab import results, scenario
+from bwlab import paths, results, scenario
 from bwlab.errors import BwlabError
 from bwlab.kernel import policies
 from bwlab.kernel.build import KernelImage
+from bwlab.progress import console
 from bwlab.scenario import Scenario
 from bwlab.targets import qemu
 
@@ -252,9 +253,10 @@ class HostUserlandTarget:
     bwlab's own host target (targets/host.py) runs inside the guest, so any program a scenario
     names (a dynamic binary, a Go program, a JVM, a script) is a workload there, on the guest
     kernel's real cgroup v2; the initramfs guest (targets/qemu.py) carries static programs
-    only. The result is the host target's, written through the host's /tmp (the guest's is
-    the host's), its metadata then made this guest's: target, label, kernel key and hashes,
-    policy, vCPUs, how long the boot took."""
+    only. The result is the host target's, printed by the guest (which writes nothing here),
+    its metadata then made this guest's: target, label, kernel key and hashes, policy, how the
+    guest ran (the initramfs guest's keys). What the run said in the guest is kept in
+    OUT/logs."""
 
     image: KernelImage
     vcpus: int = 2
@@ -278,14 +280,12 @@ class HostUserlandTarget:
         the --reps and --duration given here (the file's values otherwise), into a directory of
         the guest's; then the result file to stdout (the guest writes nothing to the host: its
         answers come back through the exec share), whatever the run's exit status."""
-        program = Path(sys.executable).with_name("bwlab")
-        if not program.is_file():
-            raise BwlabError(f"--target guest-host runs {program} in the guest, and it is not there")
-        argv = [str(program), "run", str(sc.path.resolve()), "--target", "host"]
+        # this very bwlab (the guest has the same files, working directory and PYTHONPATH)
+        argv = [sys.executable, "-m", "bwlab.cli", "run", str(sc.path.resolve()), "--target", "host"]
         written = scenario.load(sc.path).data
         for key, flag in (("repetitions", "--reps"), ("duration_s", "--duration")):
             if sc.data.get(key) != written.get(key):
-                argv += [flag, f"{sc.data[key]:g}" if isinstance(sc.data[key], float) else str(sc.data[key])]
+                argv += [flag, str(sc.data[key])]
         script = (
             'o=$(mktemp -d) && "$@" --out "$o" >&2; s=$?; cat "$o"/' + shlex.quote(f"{sc.name}-host.json") + "; exit $s"
         )
@@ -299,13 +299,19 @@ class HostUserlandTarget:
         accel = qemu.choose_accel(self.accel, self.image).name
         label = self.label + ("-kvm" if accel == "kvm" else "")  # not the same machine as a TCG guest
         argv = self.inner_argv(sc)
+        logs = out_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        log = logs / f"{sc.name}-{label}.log"  # what the run said in the guest (its progress, errors)
+        # the lab's cache (built workloads, kernels) as here, whatever HOME the guest has
+        env = {"BWLAB_CACHE": str(paths.cache_root())}
         with tempfile.TemporaryDirectory(prefix="bwlab-guesthost-") as tmp_name:
             tmp = Path(tmp_name)
-            with (tmp / "stdout").open("wb") as out, (tmp / "stderr").open("wb") as err:
-                done = run(self.image, argv, vcpus=self.vcpus, policy=self.policy, accel=accel,
+            status = f"{sc.name} in {label} ({self.vcpus} vCPUs, {accel}, kernel {self.image.key}, limit {limit:.0f} s)"
+            with (tmp / "stdout").open("wb") as out, log.open("wb") as err, console.status(status):
+                done = run(self.image, argv, vcpus=self.vcpus, policy=self.policy, accel=accel, env=env,
                            timeout_s=limit, stdout=out, stderr=err)  # fmt: skip
-            said = (tmp / "stderr").read_text(errors="replace").strip().splitlines()
             text = (tmp / "stdout").read_text(errors="replace")
+        said = log.read_text(errors="replace").strip().splitlines()
         try:
             doc = json.loads(text)
         except json.JSONDecodeError:
@@ -315,12 +321,13 @@ class HostUserlandTarget:
         meta = result.meta
         meta.target, meta.label, meta.accel, meta.policy = "guest-host", label, accel, self.policy
         meta.host_kernel = os.uname().release
-        meta.hz = meta.hz or self.image.hz  # the guest has no /boot config of its kernel to read
+        meta.hz = meta.hz or self.image.hz  # as built, where the guest could not read it
         meta.extra.update({
             "kernel_key": self.image.key, "source_version": self.image.version,
             "source_origin": self.image.origin, "series_hash": self.image.series_digest,
             "patches": list(self.image.patches), "config_hash": self.image.config_digest,
-            "userland": "host", "boot_to_command_s": done.started_s, "timer_thread": done.timer_thread,
+            "userland": "host", "boot_to_command_s": done.started_s, "qemu_timer_thread": done.timer_thread,
+            "elapsed_s": done.elapsed_s, "log": str(log),
         })  # fmt: skip
         path = results.write(out_dir / f"{sc.name}-{label}.json", result)
         if done.status != 0:

@@ -479,6 +479,9 @@ class QemuTarget:
         return guest_label(self.image.variant_name, self.policy, self.image.hz)
 
     def _specs(self, sc: Scenario) -> list[RunSpec]:
+        if sc.userland == "host":  # reproduce and bundles come here too, not through bwlab run
+            raise BwlabError(f"{sc.name} asks for this machine's userland ([target] userland = \"host\"): run "
+                             "it with bwlab run --target guest or guest-host, not in the initramfs guest")  # fmt: skip
         specs = sc.resolve(self.vcpus, self.image.hz)
         for spec in specs:
             spec.workload.require_real()
