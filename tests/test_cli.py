@@ -25,7 +25,7 @@ def test_malformed_scenario(tmp_path: Path) -> None:
 def test_unknown_target() -> None:
     proc = bwlab("run", "table2", "--target", "moon")
     assert proc.returncode == 2
-    assert "'moon': expected host, guest, sim or ssh://" in one_line_error(proc)
+    assert "'moon': expected host, guest, guest-host, sim or ssh://" in one_line_error(proc)
 
 
 def test_unknown_scenario() -> None:

@@ -131,7 +131,7 @@ def test_plan_saves_what_it_changes_only_when_asked() -> None:
 
 def test_cli_refuses_guest_options_and_bad_targets() -> None:
     proc = bwlab("run", "table2", "--target", "ssh://box", "--accel", "kvm")
-    assert proc.returncode == 1 and "guest only" in proc.stderr
+    assert proc.returncode == 1 and "--accel applies to --target guest and guest-host only" in proc.stderr
     proc = bwlab("run", "table2", "--target", "host", "--ssh-config", "/etc/hostname")
     assert proc.returncode == 1 and "ssh://" in proc.stderr
     proc = bwlab("run", "table2", "--target", "ftp://box")
