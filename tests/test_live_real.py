@@ -33,7 +33,7 @@ from bwlab.workloads import programs, wakelat
 from bwlab.workloads.trace import read_trace
 
 import prereqs
-from conftest import REPO, bwlab, lacking, needs_root, running_in_group, started_in, tool_or_skip
+from conftest import REPO, bwlab, lacking, needs_root, running_in_group, started_in, steal_ticks, tool_or_skip
 
 pytestmark = needs_root()
 
@@ -328,12 +328,18 @@ def test_the_simulator_predicts_bursts_from_their_requests(tmp_path: Path) -> No
             started = time.monotonic()
             time.sleep(skip)
             skip_s = time.monotonic() - started
+            stolen = steal_ticks()
             measured, d = unwatched(grp, seconds)
+            steal_s = (steal_ticks() - stolen) / os.sysconf("SC_CLK_TCK")
         replayed = _replay(tmp_path, wakelat.requests_trace(arrivals, workers, burn, skip_s), quota, burst, seconds)
         predicted = sum(replayed) / len(replayed)
+        # steal in the window (the hypervisor running something else on this VM's CPUs) lowers
+        # what the group ran, and so its throttling, where the simulator has none: the CI of
+        # 4a586e3 measured 25.0 % against 31.4 replayed; three runs after it here, 28.0 % with
+        # 2.7 s of steal in the run, 32.0 and 31.0 % with 0.2 and 0.1 s (docs/testing.md)
         print(f"seeded bursts, burst {burst} us: measured {measured:.1f} % of {d['nr_periods']} periods, "
-              f"replayed {predicted:.1f} % {[round(v, 1) for v in replayed]}")  # fmt: skip
-        assert abs(predicted - measured) <= max(3.0, 0.2 * measured), (burst, measured, replayed)
+              f"replayed {predicted:.1f} % {[round(v, 1) for v in replayed]}, steal {steal_s:.2f} s")  # fmt: skip
+        assert abs(predicted - measured) <= max(3.0, 0.2 * measured), (burst, measured, replayed, steal_s)
 
 
 def _one_line(proc: subprocess.CompletedProcess[str], expected: str) -> None:
