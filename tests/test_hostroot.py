@@ -4,6 +4,7 @@ command line, bad input); the guest itself in test_hostroot_real.py."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -99,8 +100,12 @@ def test_guest_host_runs_this_bwlab_on_the_scenario_and_hands_back_its_result(tm
     fake = tmp_path / "fake-bwlab"  # writes a result where --out says, and fails
     fake.write_text('#!/bin/sh\nfor a; do o=$a; done\necho partial > "$o/table2-host.json"\necho said >&2\nexit 3\n')
     fake.chmod(0o755)
-    res = subprocess.run([*argv[:4], str(fake), *argv[7:]], capture_output=True, text=True)
+    scratch = tmp_path / "tmp"  # where the script's mktemp makes its directory
+    scratch.mkdir()
+    res = subprocess.run([*argv[:4], str(fake), *argv[7:]], capture_output=True, text=True,
+                         env={**os.environ, "TMPDIR": str(scratch)})  # fmt: skip
     assert (res.returncode, res.stdout, res.stderr) == (3, "partial\n", "said\n")
+    assert not list(scratch.iterdir())  # the result's directory removed
     with pytest.raises(BwlabError, match="needs a patched kernel"):
         hostroot.HostUserlandTarget(_image(tmp_path), policy="all")
     assert hostroot.HostUserlandTarget(_image(tmp_path, ("0001.patch",)), policy="all").label == (

@@ -279,7 +279,8 @@ class HostUserlandTarget:
         """The command the guest runs: this bwlab's own entry point on the scenario's file, with
         the --reps and --duration given here (the file's values otherwise), into a directory of
         the guest's; then the result file to stdout (the guest writes nothing to the host: its
-        answers come back through the exec share), whatever the run's exit status."""
+        answers come back through the exec share), whatever the run's exit status; the directory
+        is removed."""
         # this very bwlab (the guest has the same files, working directory and PYTHONPATH)
         argv = [sys.executable, "-m", "bwlab.cli", "run", str(sc.path.resolve()), "--target", "host"]
         written = scenario.load(sc.path).data
@@ -287,7 +288,9 @@ class HostUserlandTarget:
             if sc.data.get(key) != written.get(key):
                 argv += [flag, str(sc.data[key])]
         script = (
-            'o=$(mktemp -d) && "$@" --out "$o" >&2; s=$?; cat "$o"/' + shlex.quote(f"{sc.name}-host.json") + "; exit $s"
+            'o=$(mktemp -d) || exit 1; "$@" --out "$o" >&2; s=$?; cat "$o"/'
+            + shlex.quote(f"{sc.name}-host.json")
+            + '; rm -rf "$o"; exit $s'
         )
         return ["sh", "-c", script, "sh", *argv]
 

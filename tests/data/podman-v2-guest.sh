@@ -20,4 +20,8 @@ echo "doctor $(.venv/bin/bwlab doctor "$(echo "$cid" | cut -c1-12)" --seconds 3 
   .venv/bin/python -c 'import json, sys; d = json.load(sys.stdin); print(json.dumps({"group": d["group"], "identity": d["identity"], "limit": d["limit"], "threads": d["facts"]["threads"], "verdict": d["diagnosis"]["verdict"], "throttled": d["throttled"], "at_quota": d["at_quota"], "commands": d["diagnosis"]["commands"]}))')"
 $P rm -f -t 0 bwlab-v2 > /dev/null
 echo "left $(find /sys/fs/cgroup -name "libpod-*" | wc -l)"
+# conmon's exit command (podman container cleanup) may still be writing in the storage after rm
+# returns: wait for every process that names this directory (at most 30 s), then remove it
+i=0
+while pgrep -f "$W/" > /dev/null && [ $i -lt 300 ]; do sleep 0.1; i=$((i + 1)); done
 rm -rf "$W"
