@@ -51,12 +51,17 @@ class Trace:
     def timer_of(self, edges: list[tuple[float, float]]) -> list[float]:
         """The expiries of the period timer that fell inside the most of these sampled intervals,
         each of which holds one of the group's boundaries (nr_periods moved in it)."""
-        best: list[float] = []
+        key = self.timer_key(edges)
+        return [] if key is None else self.timers[key]
+
+    def timer_key(self, edges: list[tuple[float, float]]) -> int | None:
+        """The address of that timer (the group's `cfs_bandwidth.period_timer`), or None."""
+        best: int | None = None
         score = 0
-        for expiries in self.timers.values():
+        for key, expiries in self.timers.items():
             hits = sum(any(a < t <= b for t in expiries) for a, b in edges)
             if hits > score:
-                best, score = expiries, hits
+                best, score = key, hits
         return best
 
     def demand_us(self, start: float, end: float, cpus: float) -> float:

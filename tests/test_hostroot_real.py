@@ -335,3 +335,30 @@ def test_a_scenario_runs_this_machines_programs_in_a_guest(kernel_key: str, tmp_
     print(f"guest-host: python at twice its quota, throttled {pcts} % of periods, boot to command "
           f"{meta['boot_to_command_s']} s")  # fmt: skip
     assert len(reps) == 2 and all(p > 50 for p in pcts), reps
+
+
+@pytest.mark.untimed  # a group throttled every period: counts and offsets, no timing
+def test_doctor_reads_the_kernels_state_at_each_throttle_with_kprobes(kernel_key: str) -> None:
+    """doctor --ebpf in a lab guest (kprobes, the layout compiled from the build tree): the
+    kprobes find the watched group's throttles and refills by its period timer; the quota the
+    kernel holds is the group's (the offsets are right); every throttled period holds a throttle
+    (at most two at its edges missed) and none holds more than a throttle per CPU and one more;
+    every throttle has a cause."""
+    res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
+                str(DATA / "kprobes-v2-guest.sh"), timeout=600)  # fmt: skip
+    assert res.returncode == 0, res.stderr[-2000:]
+    got = _results(res.stdout)
+    print(res.stdout[-3000:])
+    assert got["layout"][0].endswith(f"{kernel_key}/layout.json"), got
+    (doc,) = got["doc"]
+    state = doc["kernel_state"]
+    assert state is not None and state["quota_us"] == [50000], got
+    spans = doc["per_period"]
+    assert doc["throttled"] >= 0.9 * doc["periods"] > 10, doc  # a busy loop under half a CPU
+    by_verdict = state["by_verdict"]
+    assert set(by_verdict) <= {"at", "below", "not-throttled", "unwatched"}, by_verdict
+    assert sum(sum(c.values()) for c in by_verdict.values()) == state["throttles"]
+    inside = sum(sum(c.values()) for v, c in by_verdict.items() if v in ("at", "below"))
+    throttled_periods = sum(p[2] for p in spans)
+    assert throttled_periods - 2 <= inside <= 3 * throttled_periods, (inside, throttled_periods)
+    assert got["said"][0].strip().startswith(f"the kernel's state at its {state['throttles']} throttles"), got

@@ -20,7 +20,7 @@ from rich.table import Table
 
 from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, sampler, threadpools, tune, whatif, window
+from bwlab.live import diagnose, ebpf, groups, kstate, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
 from bwlab.progress import console, out
@@ -116,6 +116,8 @@ class Watched:
     reads: int = 0  # of the counters
     before: Sample | None = None  # the counters at the first read: the group's history unwatched
     allowed: tuple[int, ...] = ()  # the CPUs its threads may run on, read as the watch began
+    kernel: list[kstate.Throttle] | None = None  # traced with kprobes: the group's throttles, each with its cause
+    kernel_quota_us: list[int] | None = None  # the quotas the kernel held at the group's refills
 
 
 def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = False, sparse: bool = False) -> Watched:
@@ -152,7 +154,16 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, demand)  # fmt: skip
     late = trace.lateness_us(expiries or [], group.effective.period_us / 1e6) if trace is not None else None
-    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0], allowed)
+    kernel = quotas = None
+    lim = group.effective
+    if tracer is not None and tracer.kernel is not None and trace is not None and lim.quota_us is not None:
+        key = trace.timer_key(periods.boundary_intervals(samples))  # the group's period timer
+        refills = tracer.kernel.refills.get(key, []) if key else []
+        kernel = kstate.classify(tracer.kernel.throttles.get(key, []) if key else [], refills, lim.quota_us,
+                                 lim.period_us)  # fmt: skip
+        quotas = sorted({r.quota_ns // 1000 for r in refills})
+    return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0], allowed,
+                   kernel, quotas)  # fmt: skip
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:
@@ -233,6 +244,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                         "throttled": unwatched.throttled}  # fmt: skip
     doc["watching_effect"] = watching_effect(doc["unwatched"], analysis.total, analysis.throttled)
     doc["watched_seconds"] = args.seconds
+    if watched.kernel is not None:  # the kernel's own state at each throttle (kstate.py)
+        spans = [(p.start, p.end, p.verdict or "not-throttled") for p in analysis.periods]
+        doc["kernel_state"] = {"throttles": len(watched.kernel), "by_verdict": kstate.tally(watched.kernel, spans),
+                               "quota_us": watched.kernel_quota_us}  # fmt: skip
     if args.png:
         from bwlab.live import plot  # matplotlib's import (~0.9 s) only where a timeline is drawn
 
@@ -314,6 +329,12 @@ def print_report(doc: dict[str, Any]) -> None:
                   f"{periods.SLACK * 100:g} %): their verdicts could go either way", soft_wrap=True)  # fmt: skip
     for cause in diag["causes"]:
         out.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
+    kernel = doc.get("kernel_state")
+    if kernel:
+        rows = "; ".join(f"{verdict}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
+                         for verdict, counts in kernel["by_verdict"].items())  # fmt: skip
+        out.print(f"  the kernel's state at its {kernel['throttles']} throttles (kprobes), by the period's verdict and "
+                  f"why the pool ran dry: {rows or 'none'}", soft_wrap=True)  # fmt: skip
     if doc["predictions"]:
         table = Table(title="what-if (simulator, the recorded threads replayed)")
         for col in ("setting", "kernel", "throttled periods", "stall p99"):

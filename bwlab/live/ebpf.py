@@ -10,7 +10,9 @@ Stock kernels have no tracepoint on the bandwidth paths (throttle, unthrottle, d
 reading the pool and each CPU's local runtime at a throttle, for a cause per event, needs
 kprobes or fentry, which many production kernels (this host's 6.18 among them) are built
 without. Tracepoints are always there and are a stable interface: bpftrace's from Debian, no
-compiled object to keep in step with the kernel.
+compiled object to keep in step with the kernel. Where the kernel takes kprobes and the
+structures' layout is known (a lab guest's kernel), the program also reads the kernel's state
+at each throttle and refill: bwlab/live/kstate.py.
 """
 
 from __future__ import annotations
@@ -27,6 +29,7 @@ from pathlib import Path
 
 from bwlab import schedtrace
 from bwlab.errors import BwlabError
+from bwlab.live import kstate
 from bwlab.schedtrace import TRACEFS, Trace, period_timer_address
 
 ATTACH_TIMEOUT_S = 30.0
@@ -48,7 +51,28 @@ def unavailable() -> str | None:
     return None
 
 
-def script(tids: list[int], timer_address: int) -> str:
+# The tracepoints' formats name kernel types (s64, pid_t) that bpftrace resolves from BTF; a
+# kernel without it (the lab's guests) needs them declared: "unknown type name 's64'" else.
+# As macros: bpftrace passes a program's preprocessor lines to clang ahead of the formats'
+# structs, and its grammar has no typedef.
+NO_BTF_TYPES = "".join(
+    f"#define {name} {ctype}\n"
+    for name, ctype in (
+        ("s8", "signed char"),
+        ("u8", "unsigned char"),
+        ("s16", "short"),
+        ("u16", "unsigned short"),
+        ("s32", "int"),
+        ("u32", "unsigned int"),
+        ("s64", "long long"),
+        ("u64", "unsigned long long"),
+        ("pid_t", "int"),
+    )
+)
+BTF = Path("/sys/kernel/btf/vmlinux")
+
+
+def script(tids: list[int], timer_address: int, kprobes: str = "", types: str = "") -> str:
     """The bpftrace program. Events are kept in maps keyed by (CPU, that CPU's sequence number)
     and printed when it ends: printing each one would wake bpftrace on every context switch, and
     the CPU it takes stops the group using its quota (sysbench at demand == quota went from
@@ -57,7 +81,7 @@ def script(tids: list[int], timer_address: int) -> str:
     the clock of Python's time.monotonic)."""
     members = " ".join(f"@t[{tid}] = 1;" for tid in tids)
     return (
-        f"BEGIN {{ {members} }}\n"
+        f"{types}BEGIN {{ {members} }}\n"
         "tracepoint:timer:hrtimer_expire_entry "
         f"/ (uint64)args->function == (uint64){timer_address:#x} / "
         "{ @p[cpu, @n[cpu]] = (nsecs, (uint64)args->hrtimer); @n[cpu]++; }\n"
@@ -68,6 +92,7 @@ def script(tids: list[int], timer_address: int) -> str:
         # not sched_waking, wakes it)
         "tracepoint:sched:sched_process_fork / @t[args->parent_pid] / "
         "{ @t[args->child_pid] = 1; @w[cpu, @n[cpu]] = (nsecs, args->child_pid); @n[cpu]++; }\n"
+        f"{kprobes}"
         "END { clear(@t); clear(@n); }\n"
     )
 
@@ -152,7 +177,9 @@ class Tracer:
         try:
             if not (TRACEFS / "events" / "sched" / "sched_switch").is_dir():
                 raise BwlabError(f"--ebpf: this kernel has no sched tracepoints ({TRACEFS}/events/sched)")
-            text = script(tids, period_timer_address())
+            self.layout = kstate.layout_here()
+            kprobes = kstate.script(self.layout, kstate.possible_cpus()) if self.layout is not None else ""
+            text = script(tids, period_timer_address(), kprobes, "" if BTF.exists() else NO_BTF_TYPES)
         except BwlabError:
             self._tracefs.release()
             raise
@@ -168,6 +195,7 @@ class Tracer:
         self.start = 0.0
         self.initially: dict[int, bool] = {}
         self.resent = 0  # how often stop() told bpftrace again (its stop was lost)
+        self.kernel: kstate.Record | None = None  # the kprobes' record, once stopped (with a layout)
 
     def wait_attached(self) -> None:
         """Returns once every probe is attached: the trace starts here. Not at "Attaching N
@@ -229,6 +257,8 @@ class Tracer:
                         self.resent += 1
         text = self._out.read_text(errors="replace") if self._out.is_file() else ""
         self.close()
+        if self.layout is not None:
+            self.kernel = kstate.parse(text)
         return parse(text, self.start, end, self.initially)
 
     def _printed(self) -> int:

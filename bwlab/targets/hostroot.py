@@ -33,7 +33,7 @@ from typing import BinaryIO
 
 from bwlab import paths, results, scenario
 from bwlab.errors import BwlabError
-from bwlab.kernel import policies
+from bwlab.kernel import layout, policies
 from bwlab.kernel.build import KernelImage
 from bwlab.progress import console
 from bwlab.scenario import Scenario
@@ -200,7 +200,11 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         share = work / "share"
         share.mkdir()
         check_paths(share, workdir)
-        write_share(share, argv, workdir, env or {}, features, interactive)
+        passed = dict(env or {})
+        described = layout.ensure(image)  # for doctor --ebpf's kprobes (bwlab/live/kstate.py)
+        if described is not None:
+            passed.setdefault(layout.ENV, str(described))
+        write_share(share, argv, workdir, passed, features, interactive)
         if init == "systemd":
             (share / "systemd").write_text(SYSTEMD)  # what stage 2 execs
         fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")

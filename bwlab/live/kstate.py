@@ -1,0 +1,228 @@
+"""The eBPF mode's kprobes: the bandwidth pool and every CPU's local runtime, read by the kernel
+at each throttle and each refill, and each throttle's cause named from that state.
+
+Where kprobes attach (a kernel built with CONFIG_KPROBES) and the structures' layout is known
+(bwlab/kernel/layout.py: the lab's kernels, which have no BTF), two functions are probed:
+
+- `tg_throttle_down(tg, rq)`: the first thing throttle_cfs_rq() does once the pool could not
+  cover this CPU's debt (descendant groups follow, each with its own tg). `rq->cpu` is the CPU
+  throttled; its `runtime_remaining` is what it owes (<= 0: the pool had less than it needed,
+  and what it had is in this CPU's count now); the other CPUs' positive runtime_remaining is
+  runtime the group holds where it is not running: stranded.
+- `__refill_cfs_bandwidth_runtime(cfs_b)`: the period timer's refill (and a quota write's).
+  Before it, the negative local runtimes are debt the new period's quota pays first: a CPU that
+  ran past its runtime until a tick noticed (the tick-overrun debt).
+
+Causes of one throttle, first match:
+- `late-timer`: it came after the period should have ended (the last refill plus a period, and
+  LATE_SHARE of it): a refill on time would have covered it;
+- `stranded`: other CPUs held at least FLOOR_SHARE of the quota, and as much as this CPU owed;
+- `debt`: the period began paying at least FLOOR_SHARE of the quota of debt from the last;
+- `over-use`: none of these; the group ran its quota.
+Whether a throttled period was necessary at all is the demand's to say (what the threads
+wanted: the tracepoints, ebpf.py), not this state's: at twice its quota a group carries a
+tick's debt into each period as it does at demand == quota. The state says why the pool ran dry.
+
+Addresses are of the period timer (`&tg->cfs_bandwidth.period_timer`), the key by which
+schedtrace.Trace knows the group's timer, so a throttle is the watched group's when its timer
+is the group's.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bwlab.errors import BwlabError
+
+FLOOR_SHARE = 0.02  # of the quota: less stranded runtime or debt than this is no cause
+LATE_SHARE = 0.01  # of the period: a throttle this far past the period's end is the timer's
+CAUSES = ("late-timer", "stranded", "debt", "over-use")
+PROBED = ("tg_throttle_down", "__refill_cfs_bandwidth_runtime")
+# map entries as bpftrace prints them: @k[1, 42]: (123456789, 18446..., 1, 0, -123, 0, 0)
+EVENT = re.compile(r"^@([kr])\[\d+, \d+\]: \(([\d, -]+)\)$")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """Offsets (bytes) of the fields read, and the address of __per_cpu_offset."""
+
+    fields: dict[str, int]
+    per_cpu_offset: int
+
+    @property
+    def timer(self) -> int:
+        """From a task_group to its period timer."""
+        return self.fields["tg_cfs_bandwidth"] + self.fields["cfs_b_period_timer"]
+
+
+def _kallsyms() -> dict[str, int]:
+    out: dict[str, int] = {}
+    try:
+        for line in Path("/proc/kallsyms").read_text().splitlines():
+            parts = line.split()
+            if len(parts) >= 3 and parts[2] in PROBED:
+                out[parts[2]] = int(parts[0], 16)
+    except OSError:
+        pass
+    return out
+
+
+def layout_here() -> Layout | None:
+    """The layout of the running kernel, from the file BWLAB_KERNEL_LAYOUT names (a lab guest
+    sets it), or None where none is named or the kernel cannot take kprobes. A file that names
+    another kernel (its probed functions elsewhere than /proc/kallsyms has them) is an error:
+    offsets of another build read garbage."""
+    name = os.environ.get("BWLAB_KERNEL_LAYOUT")
+    if not name:
+        return None
+    try:
+        doc = json.loads(Path(name).read_text())
+        fields = {str(k): int(v) for k, v in doc["fields"].items()}
+        symbols = {str(k): int(v, 16) for k, v in doc["symbols"].items()}
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise BwlabError(f"BWLAB_KERNEL_LAYOUT={name}: unreadable ({type(exc).__name__}: {exc})") from None
+    if not Path("/sys/kernel/debug/kprobes").exists() and not Path("/sys/kernel/tracing/kprobe_events").exists():
+        return None  # no CONFIG_KPROBES: tracepoints only
+    here = _kallsyms()
+    for sym in PROBED:
+        if sym not in symbols or here.get(sym) != symbols[sym]:
+            raise BwlabError(f"BWLAB_KERNEL_LAYOUT={name} describes kernel {doc.get('kernel_key', '?')}, not the one "
+                             f"running ({sym} is elsewhere): no kprobes")  # fmt: skip
+    if "__per_cpu_offset" not in symbols:
+        raise BwlabError(f"BWLAB_KERNEL_LAYOUT={name}: no address of __per_cpu_offset")
+    return Layout(fields, symbols["__per_cpu_offset"])
+
+
+def possible_cpus() -> int:
+    """How many CPUs the kernel has per-CPU areas for (/sys/devices/system/cpu/possible: '0-N')."""
+    try:
+        text = Path("/sys/devices/system/cpu/possible").read_text().strip()
+    except OSError:
+        return os.cpu_count() or 1
+    return max(int(part.split("-")[-1]) for part in text.split(",")) + 1
+
+
+def _sums(layout: Layout, cpus: int, own: str) -> str:
+    """bpftrace statements summing each CPU's runtime_remaining of the group at $tg: this CPU's
+    (`own`, an expression, "" for none) into $own, the others' positive into $pos, negative into
+    $neg. Unrolled: bpftrace 0.17 has no loops over a runtime bound."""
+    f = layout.fields
+    lines = [f"$pc = *(uint64*)($tg + {f['tg_cfs_rq']}); $own = 0; $pos = 0; $neg = 0;"]
+    rr = f["cfs_rq_runtime_remaining"]
+    for cpu in range(cpus):
+        lines.append(
+            f"$v = *(int64*)($pc + *(uint64*)({layout.per_cpu_offset + 8 * cpu:#x}) + {rr}); "
+            + (
+                f"if ({own} == {cpu}) {{ $own = $v; }} else {{ if ($v > 0) {{ $pos += $v; }} else {{ $neg += $v; }} }}"
+                if own
+                else "if ($v > 0) { $pos += $v; } else { $neg += $v; }"
+            )
+        )
+    return "\n  ".join(lines)
+
+
+def script(layout: Layout, cpus: int) -> str:
+    """The kprobe half of doctor's bpftrace program (ebpf.script adds it): per throttle
+    @k = (ns, period timer, CPU, pool, this CPU's runtime, others' positive, others'
+    negative); per refill @r = (ns, period timer, pool before, positive, negative, quota). Into the
+    same per-CPU sequence as the tracepoints' events (@n)."""
+    f = layout.fields
+    b = f["tg_cfs_bandwidth"]
+    return (
+        "kprobe:tg_throttle_down {\n  $tg = arg0; $cpu = *(int32*)(arg1 + "
+        + str(f["rq_cpu"])
+        + ");\n  "
+        + _sums(layout, cpus, "$cpu")
+        + f"\n  @k[cpu, @n[cpu]] = (nsecs, $tg + {layout.timer}, $cpu, *(int64*)($tg + {b + f['cfs_b_runtime']}), "
+        "$own, $pos, $neg); @n[cpu]++;\n}\n"
+        f"kprobe:__refill_cfs_bandwidth_runtime {{\n  $tg = arg0 - {b};\n  "
+        + _sums(layout, cpus, "")
+        + f"\n  @r[cpu, @n[cpu]] = (nsecs, arg0 + {f['cfs_b_period_timer']}, *(int64*)(arg0 + {f['cfs_b_runtime']}), "
+        f"$pos, $neg, *(int64*)(arg0 + {f['cfs_b_quota']})); @n[cpu]++;\n}}\n"
+    )
+
+
+@dataclass(frozen=True)
+class Throttle:
+    t: float  # monotonic s
+    cpu: int
+    pool_ns: int  # the pool, after this CPU took what it had
+    own_ns: int  # this CPU's runtime_remaining (<= 0: its debt)
+    stranded_ns: int  # the other CPUs' positive runtime_remaining
+    cause: str = ""
+
+
+@dataclass(frozen=True)
+class Refill:
+    t: float
+    pool_ns: int  # the pool before the refill: what the period left unused there
+    held_ns: int  # positive local runtime (carried into the next period)
+    debt_ns: int  # negative local runtime, as a positive number: what the new quota pays first
+    quota_ns: int  # cfs_b->quota as the kernel holds it
+
+
+@dataclass
+class Record:
+    """Throttles and refills by period timer address."""
+
+    throttles: dict[int, list[Throttle]] = field(default_factory=dict)
+    refills: dict[int, list[Refill]] = field(default_factory=dict)
+
+
+def parse(text: str) -> Record:
+    rec = Record()
+    for line in text.splitlines():
+        m = EVENT.match(line.strip())
+        if not m:
+            continue
+        v = [int(x) for x in m.group(2).split(",")]
+        timer = v[1] % (1 << 64)  # bpftrace prints a kernel address as a signed 64-bit number
+        if m.group(1) == "k":
+            rec.throttles.setdefault(timer, []).append(Throttle(v[0] / 1e9, v[2], v[3], v[4], v[5]))
+        else:
+            rec.refills.setdefault(timer, []).append(Refill(v[0] / 1e9, v[2], v[3], -v[4], v[5]))
+    for throttles in rec.throttles.values():
+        throttles.sort(key=lambda e: e.t)
+    for refills in rec.refills.values():
+        refills.sort(key=lambda e: e.t)
+    return rec
+
+
+def cause(th: Throttle, last: Refill | None, quota_us: int, period_us: int) -> str:
+    """One throttle's cause (the module's rules), given the refill that began its period."""
+    floor_ns = FLOOR_SHARE * quota_us * 1000
+    if last is not None and th.t - last.t > period_us * (1 + LATE_SHARE) / 1e6:
+        return "late-timer"
+    if th.stranded_ns >= max(floor_ns, -th.own_ns):
+        return "stranded"
+    if last is not None and last.debt_ns >= floor_ns:
+        return "debt"
+    return "over-use"
+
+
+def classify(throttles: list[Throttle], refills: list[Refill], quota_us: int, period_us: int) -> list[Throttle]:
+    """The group's throttles, each with its cause."""
+    out: list[Throttle] = []
+    i = 0
+    for th in throttles:
+        while i < len(refills) and refills[i].t <= th.t:
+            i += 1
+        last = refills[i - 1] if i else None
+        out.append(Throttle(th.t, th.cpu, th.pool_ns, th.own_ns, th.stranded_ns,
+                            cause(th, last, quota_us, period_us)))  # fmt: skip
+    return out
+
+
+def tally(throttles: list[Throttle], spans: list[tuple[float, float, str]]) -> dict[str, dict[str, int]]:
+    """Throttles by the verdict of the period they fell in (`spans`: start, end, verdict) and
+    cause; throttles outside every span under "unwatched"."""
+    out: dict[str, dict[str, int]] = {}
+    for th in throttles:
+        verdict = next((v for a, b, v in spans if a <= th.t < b), "unwatched")
+        row = out.setdefault(verdict, {c: 0 for c in CAUSES})
+        row[th.cause] += 1
+    return out
