@@ -287,6 +287,7 @@ def report_doc(group: LiveGroup, analysis: periods.Analysis, facts: diagnose.Fac
                         "usage_us": round(p.usage_us), "throttled": p.throttled, "throttled_us": round(p.throttled_us),
                         "error_us": round(p.error_us), "verdict": p.verdict, "near_line": p.near_line,
                         "demand_us": None if p.demand_us is None else round(p.demand_us),
+                        "line_us": None if p.line_us is None else round(p.line_us),
                         "wanted_us": None if p.wanted_us is None else round(p.wanted_us),
                         **({"estimated": p.estimated,
                             "estimated_us": None if p.estimated_us is None else round(p.estimated_us)}

@@ -218,7 +218,8 @@ class Tracer:
         self._log.seek(0)
         errors = [line for line in self._log.read().splitlines() if "ERROR" in line]
         self.close()
-        raise BwlabError(f"{what}: {errors[0] if errors else 'no error message'}")
+        hint = " (with kprobes from BWLAB_KERNEL_LAYOUT: unset it for tracepoints only)" if self.layout else ""
+        raise BwlabError(f"{what}: {errors[0] if errors else 'no error message'}{hint}")
 
     def stop(self) -> Trace:
         """The trace, once bpftrace has printed its maps (1-2 s here).

@@ -1,8 +1,8 @@
 #!/bin/sh
 # Run in a host-userland guest (bwlab guest exec) by test_hostroot_real.py: a real container on
 # real cgroup v2. Podman (runc, cgroupfs manager, its own storage) runs an image imported from a
-# busybox rootfs (no registry) with --cpus=1.5 and two busy loops; top and doctor find it. One
-# line "NAME value" per result.
+# busybox rootfs (no registry) with --cpus=1.5 and three busy loops (4 vCPUs: doctor has one of
+# its own); top and doctor find it. One line "NAME value" per result.
 set -eu
 W=$(mktemp -d)
 mkdir -p $W/rootfs/bin
@@ -11,7 +11,7 @@ for a in sh yes sleep; do ln -s busybox $W/rootfs/bin/$a; done
 tar -C $W/rootfs -cf $W/rootfs.tar .
 P="podman --root $W/storage --runroot $W/run --storage-driver vfs --cgroup-manager cgroupfs --runtime runc"
 $P import $W/rootfs.tar bwlab-busybox > /dev/null 2>&1
-cid=$($P run -d --network=none --cpus=1.5 --name bwlab-v2 bwlab-busybox sh -c 'yes > /dev/null & yes > /dev/null & sleep 600')
+cid=$($P run -d --network=none --cpus=1.5 --name bwlab-v2 bwlab-busybox sh -c 'yes > /dev/null & yes > /dev/null & yes > /dev/null & sleep 600')
 echo "cid $cid"
 echo "cgroup $(cat /proc/$($P inspect -f '{{.State.Pid}}' bwlab-v2)/cgroup)"
 sleep 1
