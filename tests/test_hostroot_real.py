@@ -343,9 +343,8 @@ def test_a_scenario_runs_this_machines_programs_in_a_guest(kernel_key: str, tmp_
 def test_doctor_reads_the_kernels_state_at_each_throttle_with_kprobes(kernel_key: str) -> None:
     """doctor --ebpf in a lab guest (kprobes, the layout compiled from the build tree): the
     kprobes find the watched group's throttles and refills by its period timer; the quota the
-    kernel holds is the group's (the offsets are right); every throttled period holds a throttle
-    (at most two at its edges missed) and none holds more than a throttle per CPU and one more;
-    every throttle has a cause."""
+    kernel holds is the group's (the offsets are right); every period the counters count as
+    throttled has a throttle the kprobes saw before its end, whose cause it is given."""
     res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
                 str(DATA / "kprobes-v2-guest.sh"), timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
@@ -355,12 +354,10 @@ def test_doctor_reads_the_kernels_state_at_each_throttle_with_kprobes(kernel_key
     (doc,) = got["doc"]
     state = doc["kernel_state"]
     assert state is not None and state["quota_us"] == [50000], got
-    spans = doc["per_period"]
     assert doc["throttled"] >= 0.9 * doc["periods"] > 10, doc  # a busy loop under half a CPU
     by_verdict = state["by_verdict"]
-    assert set(by_verdict) <= {"at", "below", "not-throttled", "unwatched"}, by_verdict
-    assert sum(sum(c.values()) for c in by_verdict.values()) == state["throttles"]
-    inside = sum(sum(c.values()) for v, c in by_verdict.items() if v in ("at", "below"))
-    throttled_periods = sum(p[2] for p in spans)
-    assert throttled_periods - 2 <= inside <= 3 * throttled_periods, (inside, throttled_periods)
+    assert set(by_verdict) <= {"at", "below", "uncounted"}, by_verdict
+    # every period the counters count as throttled has a throttle the kprobes saw before its end
+    assert sum(by_verdict.get("at", {}).values()) + sum(by_verdict.get("below", {}).values()) == doc["throttled"]
+    assert all(row["unseen"] == 0 for row in by_verdict.values()), by_verdict
     assert got["said"][0].strip().startswith(f"the kernel's state at its {state['throttles']} throttles"), got

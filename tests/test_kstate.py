@@ -14,7 +14,8 @@ from bwlab.kernel import layout
 from bwlab.live import ebpf, kstate
 
 FIELDS = {"tg_cfs_bandwidth": 408, "tg_cfs_rq": 256, "cfs_b_quota": 16, "cfs_b_runtime": 24, "cfs_b_burst": 32,
-          "cfs_b_period_timer": 64, "cfs_rq_runtime_remaining": 368, "rq_cpu": 2984}  # fmt: skip
+          "cfs_b_period_timer": 64, "cfs_rq_runtime_remaining": 368, "cfs_rq_h_nr_queued": 260,
+          "rq_cpu": 2984}  # fmt: skip
 LAYOUT = kstate.Layout(FIELDS, 0xFFFFFFFF817D2A80)
 
 
@@ -22,8 +23,9 @@ def test_the_program_reads_every_cpus_runtime_through_the_per_cpu_offsets() -> N
     text = kstate.script(LAYOUT, 3)
     assert text.count("kprobe:") == 2
     for cpu in range(3):  # __per_cpu_offset[cpu], then runtime_remaining in that CPU's cfs_rq
-        assert f"*(uint64*)({0xFFFFFFFF817D2A80 + 8 * cpu:#x}) + 368" in text
+        assert f"$c = $pc + *(uint64*)({0xFFFFFFFF817D2A80 + 8 * cpu:#x}); $v = *(int64*)($c + 368);" in text
         assert f"if ($cpu == {cpu}) {{ $own = $v; }}" in text
+    assert text.count("*(uint32*)($c + 260) == 0") == 3  # stranded: only where none of its tasks is queued
     assert "$tg + 472" in text  # the period timer: the key the tracepoints' timer events have
     assert "*(int32*)(arg1 + 2984)" in text  # rq->cpu: the CPU throttled
     assert "(int64)" not in text  # bpftrace 0.17 without BTF has no such cast
@@ -67,15 +69,20 @@ def test_causes_from_the_state() -> None:
     assert kstate.cause(kstate.Throttle(1.1009, 0, 0, -1, 0), no_debt, 10000, 100000) == "over-use"
 
 
-def test_each_throttle_is_weighed_against_the_refill_before_it_and_tallied_by_period() -> None:
+def test_each_throttle_is_weighed_against_the_refill_before_it_and_each_period_by_the_one_in_force_at_its_end() -> None:
     refills = [kstate.Refill(1.0, 0, 0, 0, 10_000_000), kstate.Refill(1.1, 0, 0, 5_000_000, 10_000_000)]
-    throttles = [kstate.Throttle(t, 0, 0, -1, 0) for t in (0.95, 1.05, 1.15)]
+    throttles = [kstate.Throttle(t, 0, 0, -1, 0) for t in (0.95, 1.05, 1.15, 1.16)]
+    throttles[3] = kstate.Throttle(1.16, 1, 0, -1, 9_000_000)  # another CPU held runtime
     got = kstate.classify(throttles, refills, 10000, 100000)
-    assert [t.cause for t in got] == ["over-use", "over-use", "debt"]
-    tally = kstate.tally(got, [(1.0, 1.1, "at"), (1.1, 1.2, "below")])
-    assert tally == {"unwatched": {"late-timer": 0, "stranded": 0, "debt": 0, "over-use": 1},
-                     "at": {"late-timer": 0, "stranded": 0, "debt": 0, "over-use": 1},
-                     "below": {"late-timer": 0, "stranded": 0, "debt": 1, "over-use": 0}}  # fmt: skip
+    assert [t.cause for t in got] == ["over-use", "over-use", "debt", "stranded"]
+    spans = [(0.9, 1.0, 0, ""), (1.0, 1.1, 2, "at"), (1.1, 1.2, 1, "below"), (1.2, 1.3, 1, "below")]
+    zero = dict.fromkeys((*kstate.CAUSES, "unseen"), 0)
+    assert kstate.by_period(got, spans) == {
+        "uncounted": {**zero, "over-use": 1},  # in a period the counters did not count
+        "at": {**zero, "over-use": 2},  # weighed as the counters weigh it
+        "below": {**zero, "stranded": 2},  # the last before each end: still in force at 1.3
+    }
+    assert kstate.by_period([], [(1.0, 1.1, 1, "at")]) == {"at": {**zero, "unseen": 1}}
 
 
 def test_a_layout_file_must_describe_the_running_kernel(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

@@ -245,8 +245,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     doc["watching_effect"] = watching_effect(doc["unwatched"], analysis.total, analysis.throttled)
     doc["watched_seconds"] = args.seconds
     if watched.kernel is not None:  # the kernel's own state at each throttle (kstate.py)
-        spans = [(p.start, p.end, p.verdict or "not-throttled") for p in analysis.periods]
-        doc["kernel_state"] = {"throttles": len(watched.kernel), "by_verdict": kstate.tally(watched.kernel, spans),
+        spans = [(p.start, p.end, p.throttled, p.verdict) for p in analysis.periods]
+        doc["kernel_state"] = {"throttles": len(watched.kernel), "by_verdict": kstate.by_period(watched.kernel, spans),
                                "quota_us": watched.kernel_quota_us}  # fmt: skip
     if args.png:
         from bwlab.live import plot  # matplotlib's import (~0.9 s) only where a timeline is drawn
@@ -334,8 +334,8 @@ def print_report(doc: dict[str, Any]) -> None:
     if kernel:
         rows = "; ".join(f"{verdict}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
                          for verdict, counts in kernel["by_verdict"].items())  # fmt: skip
-        out.print(f"  the kernel's state at its {kernel['throttles']} throttles (kprobes), by the period's verdict and "
-                  f"why the pool ran dry: {rows or 'none'}", soft_wrap=True)  # fmt: skip
+        out.print(f"  the kernel's state at its {kernel['throttles']} throttles (kprobes): why the pool ran dry in the "
+                  f"throttled periods, by verdict: {rows or 'none'}", soft_wrap=True)  # fmt: skip
     if doc["predictions"]:
         table = Table(title="what-if (simulator, the recorded threads replayed)")
         for col in ("setting", "kernel", "throttled periods", "stall p99"):

@@ -32,6 +32,7 @@ FIELDS = {
     "cfs_b_burst": "offsetof(struct cfs_bandwidth, burst)",
     "cfs_b_period_timer": "offsetof(struct cfs_bandwidth, period_timer)",
     "cfs_rq_runtime_remaining": "offsetof(struct cfs_rq, runtime_remaining)",
+    "cfs_rq_h_nr_queued": "offsetof(struct cfs_rq, h_nr_queued)",  # the group's tasks queued on that CPU
     "rq_cpu": "offsetof(struct rq, cpu)",
 }
 SYMBOLS = ("tg_throttle_down", "__refill_cfs_bandwidth_runtime", "sched_cfs_period_timer", "__per_cpu_offset")
@@ -90,7 +91,11 @@ def ensure(image: KernelImage) -> Path | None:
     tree is gone (a cache that kept images only) or the kernel has no bandwidth control."""
     dest = path_of(image)
     if dest.is_file():
-        return dest
+        try:
+            if set(FIELDS) <= set(json.loads(dest.read_text())["fields"]):
+                return dest
+        except (OSError, ValueError, KeyError, TypeError):
+            pass  # damaged, or written by a bwlab that read fewer fields: compiled again
     out = builds_dir() / image.key / "src" / "out"
     cmd_file = out / "kernel" / "sched" / ".fair.o.cmd"
     config = out / ".config"

@@ -7,8 +7,9 @@ Where kprobes attach (a kernel built with CONFIG_KPROBES) and the structures' la
 - `tg_throttle_down(tg, rq)`: the first thing throttle_cfs_rq() does once the pool could not
   cover this CPU's debt (descendant groups follow, each with its own tg). `rq->cpu` is the CPU
   throttled; its `runtime_remaining` is what it owes (<= 0: the pool had less than it needed,
-  and what it had is in this CPU's count now); the other CPUs' positive runtime_remaining is
-  runtime the group holds where it is not running: stranded.
+  and what it had is in this CPU's count now); positive runtime_remaining on CPUs where the
+  group has no task queued (`h_nr_queued` 0) is runtime held where nothing will use it:
+  stranded, until the slack timer returns it.
 - `__refill_cfs_bandwidth_runtime(cfs_b)`: the period timer's refill (and a quota write's).
   Before it, the negative local runtimes are debt the new period's quota pays first: a CPU that
   ran past its runtime until a tick noticed (the tick-overrun debt).
@@ -16,7 +17,8 @@ Where kprobes attach (a kernel built with CONFIG_KPROBES) and the structures' la
 Causes of one throttle, first match:
 - `late-timer`: it came after the period should have ended (the last refill plus a period, and
   LATE_SHARE of it): a refill on time would have covered it;
-- `stranded`: other CPUs held at least FLOOR_SHARE of the quota, and as much as this CPU owed;
+- `stranded`: CPUs with none of its tasks held at least FLOOR_SHARE of the quota, and as much
+  as this CPU owed;
 - `debt`: the period began paying at least FLOOR_SHARE of the quota of debt from the last;
 - `over-use`: none of these; the group ran its quota.
 Whether a throttled period was necessary at all is the demand's to say (what the threads
@@ -30,6 +32,7 @@ is the group's.
 
 from __future__ import annotations
 
+import bisect
 import json
 import os
 import re
@@ -108,20 +111,22 @@ def possible_cpus() -> int:
 
 def _sums(layout: Layout, cpus: int, own: str) -> str:
     """bpftrace statements summing each CPU's runtime_remaining of the group at $tg: this CPU's
-    (`own`, an expression, "" for none) into $own, the others' positive into $pos, negative into
-    $neg. Unrolled: bpftrace 0.17 has no loops over a runtime bound."""
+    (`own`, an expression, "" for none) into $own; the others' negative into $neg, their
+    positive into $pos: with `own`, only where the group has no task queued (stranded: a CPU
+    that runs the group's tasks is using what it holds). Unrolled: bpftrace 0.17 has no loops
+    over a runtime bound."""
     f = layout.fields
     lines = [f"$pc = *(uint64*)($tg + {f['tg_cfs_rq']}); $own = 0; $pos = 0; $neg = 0;"]
-    rr = f["cfs_rq_runtime_remaining"]
+    rr, queued = f["cfs_rq_runtime_remaining"], f["cfs_rq_h_nr_queued"]
     for cpu in range(cpus):
-        lines.append(
-            f"$v = *(int64*)($pc + *(uint64*)({layout.per_cpu_offset + 8 * cpu:#x}) + {rr}); "
-            + (
-                f"if ({own} == {cpu}) {{ $own = $v; }} else {{ if ($v > 0) {{ $pos += $v; }} else {{ $neg += $v; }} }}"
-                if own
-                else "if ($v > 0) { $pos += $v; } else { $neg += $v; }"
+        lines.append(f"$c = $pc + *(uint64*)({layout.per_cpu_offset + 8 * cpu:#x}); $v = *(int64*)($c + {rr}); ")
+        if own:  # at a throttle: runtime held where the group has no task queued is stranded
+            lines[-1] += (
+                f"if ({own} == {cpu}) {{ $own = $v; }} else {{ if ($v > 0) {{ if (*(uint32*)($c + {queued}) == 0) "
+                "{ $pos += $v; } } else { $neg += $v; } }"
             )
-        )
+        else:
+            lines[-1] += "if ($v > 0) { $pos += $v; } else { $neg += $v; }"
     return "\n  ".join(lines)
 
 
@@ -152,7 +157,7 @@ class Throttle:
     cpu: int
     pool_ns: int  # the pool, after this CPU took what it had
     own_ns: int  # this CPU's runtime_remaining (<= 0: its debt)
-    stranded_ns: int  # the other CPUs' positive runtime_remaining
+    stranded_ns: int  # positive runtime_remaining of CPUs where the group has no task queued
     cause: str = ""
 
 
@@ -217,12 +222,24 @@ def classify(throttles: list[Throttle], refills: list[Refill], quota_us: int, pe
     return out
 
 
-def tally(throttles: list[Throttle], spans: list[tuple[float, float, str]]) -> dict[str, dict[str, int]]:
-    """Throttles by the verdict of the period they fell in (`spans`: start, end, verdict) and
-    cause; throttles outside every span under "unwatched"."""
+def by_period(throttles: list[Throttle], spans: list[tuple[float, float, int, str]]) -> dict[str, dict[str, int]]:
+    """Why each period the counters count as throttled was: the cause of the throttle in force
+    at its end (the kernel counts a period throttled when a runqueue is throttled as its timer
+    fires), the last one before its end, weighed as the counters weigh the period; by the
+    period's verdict (`spans`: start, end, throttled count, verdict). "uncounted": throttles in
+    periods the counters do not count at all (every runqueue unthrottled before the period
+    ended: by the slack timer's or an unthrottle's distribution), by cause."""
     out: dict[str, dict[str, int]] = {}
-    for th in throttles:
-        verdict = next((v for a, b, v in spans if a <= th.t < b), "unwatched")
-        row = out.setdefault(verdict, {c: 0 for c in CAUSES})
-        row[th.cause] += 1
+    times = [th.t for th in throttles]
+    for start, end, throttled, verdict in spans:
+        if throttled:
+            i = bisect.bisect_left(times, end)
+            cause = throttles[i - 1].cause if i else "unseen"
+            row = out.setdefault(verdict, {c: 0 for c in (*CAUSES, "unseen")})
+            row[cause] += throttled
+        else:
+            lo, hi = bisect.bisect_left(times, start), bisect.bisect_left(times, end)
+            row = out.setdefault("uncounted", {c: 0 for c in (*CAUSES, "unseen")})
+            for th in throttles[lo:hi]:
+                row[th.cause] += 1
     return out
