@@ -344,7 +344,8 @@ def test_doctor_reads_the_kernels_state_at_each_throttle_with_kprobes(kernel_key
     """doctor --ebpf in a lab guest (kprobes, the layout compiled from the build tree): the
     kprobes find the watched group's throttles and refills by its period timer; the quota the
     kernel holds is the group's (the offsets are right); every period the counters count as
-    throttled has a throttle the kprobes saw before its end, whose cause it is given."""
+    throttled has a throttle the kprobes saw before its end, whose cause it is given; with a
+    layout whose quota offset is wrong, doctor leaves the state out and says why."""
     res = bwlab("guest", "exec", "--kernel", kernel_key, "--accel", "tcg", "--", "sh",
                 str(DATA / "kprobes-v2-guest.sh"), timeout=600)  # fmt: skip
     assert res.returncode == 0, res.stderr[-2000:]
@@ -360,4 +361,6 @@ def test_doctor_reads_the_kernels_state_at_each_throttle_with_kprobes(kernel_key
     # every period the counters count as throttled has a throttle the kprobes saw before its end
     assert sum(by_verdict.get("at", {}).values()) + sum(by_verdict.get("below", {}).values()) == doc["throttled"]
     assert all(row["unseen"] == 0 for row in by_verdict.values()), by_verdict
+    (wrong,) = got["wrong"]  # the quota's offset moved by a field: the state is left out
+    assert "does not fit this kernel" in wrong["ignored"], wrong
     assert got["said"][0].strip().startswith(f"the kernel's state at its {state['throttles']} throttles"), got

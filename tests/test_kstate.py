@@ -122,3 +122,11 @@ def test_the_layout_is_compiled_with_kbuilds_own_command(tmp_path: Path) -> None
     no_c.write_text("savedcmd_x := gcc -o x x.c\n")
     with pytest.raises(BwlabError, match="no -c"):
         layout.compile_command(no_c, Path("a.c"), Path("a.s"))
+
+
+def test_a_layout_that_reads_another_quota_is_not_trusted() -> None:
+    assert kstate.layout_problem([50000], 50000) is None
+    assert kstate.layout_problem([], 50000) is None  # no refill: nothing read either
+    assert kstate.layout_problem([20000, 50000], 50000) is None  # the quota changed while watched
+    said = kstate.layout_problem([7], 50000)
+    assert said is not None and "(7 us) is not the group's (50000 us)" in said

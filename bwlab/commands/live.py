@@ -245,9 +245,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     doc["watching_effect"] = watching_effect(doc["unwatched"], analysis.total, analysis.throttled)
     doc["watched_seconds"] = args.seconds
     if watched.kernel is not None:  # the kernel's own state at each throttle (kstate.py)
-        spans = [(p.start, p.end, p.throttled, p.verdict) for p in analysis.periods]
-        doc["kernel_state"] = {"throttles": len(watched.kernel), "by_verdict": kstate.by_period(watched.kernel, spans),
-                               "quota_us": watched.kernel_quota_us}  # fmt: skip
+        wrong = kstate.layout_problem(watched.kernel_quota_us or [], group.effective.quota_us)
+        if wrong is not None:  # offsets of another build: what they read is no state at all
+            doc["kernel_state"] = {"ignored": wrong}
+        else:
+            spans = [(p.start, p.end, p.throttled, p.verdict) for p in analysis.periods]
+            doc["kernel_state"] = {"throttles": len(watched.kernel), "quota_us": watched.kernel_quota_us,
+                                   "by_verdict": kstate.by_period(watched.kernel, spans)}  # fmt: skip
     if args.png:
         from bwlab.live import plot  # matplotlib's import (~0.9 s) only where a timeline is drawn
 
@@ -331,7 +335,9 @@ def print_report(doc: dict[str, Any]) -> None:
     for cause in diag["causes"]:
         out.print(f"  cause: {cause['title']}: {cause['evidence']}", soft_wrap=True)
     kernel = doc.get("kernel_state")
-    if kernel:
+    if kernel and "ignored" in kernel:
+        out.print(f"  [yellow]the kernel's state (kprobes) is left out: {kernel['ignored']}[/yellow]", soft_wrap=True)
+    elif kernel:
         rows = "; ".join(f"{verdict}: " + ", ".join(f"{n} {c}" for c, n in counts.items() if n)
                          for verdict, counts in kernel["by_verdict"].items())  # fmt: skip
         out.print(f"  the kernel's state at its {kernel['throttles']} throttles (kprobes): why the pool ran dry in the "

@@ -222,6 +222,16 @@ def classify(throttles: list[Throttle], refills: list[Refill], quota_us: int, pe
     return out
 
 
+def layout_problem(quotas_us: list[int], quota_us: int | None) -> str | None:
+    """Why the state read cannot be trusted, or None: the quota read through the layout at the
+    group's refills must be the one its cpu.max says (a layout of another build reads other
+    fields). No refill seen: nothing to check, and nothing read."""
+    if quotas_us and quota_us not in quotas_us:
+        return (f"the quota read at its refills ({', '.join(map(str, quotas_us))} us) is not the group's "
+                f"({quota_us} us): the layout does not fit this kernel")  # fmt: skip
+    return None
+
+
 def by_period(throttles: list[Throttle], spans: list[tuple[float, float, int, str]]) -> dict[str, dict[str, int]]:
     """Why each period the counters count as throttled was: the cause of the throttle in force
     at its end (the kernel counts a period throttled when a runqueue is throttled as its timer

@@ -17,3 +17,6 @@ echo "layout ${BWLAB_KERNEL_LAYOUT:-none}"
 echo "said $(grep -F "kernel's state" "$W/out" | tr -s ' ')"
 echo "err $(head -c 300 "$W/err" | tr '\n' ' ')"
 echo "doc $(.venv/bin/python -c 'import json, sys; d = json.load(open(sys.argv[1])); print(json.dumps({"kernel_state": d.get("kernel_state"), "per_period": [[p["start"], p["end"], p["throttled"], p["verdict"]] for p in d["per_period"]], "throttled": d["throttled"], "periods": d["periods"]}))' "$W/doc.json")"
+# a layout whose quota offset is off by a field: doctor leaves the state out, saying why
+.venv/bin/python -c 'import json, sys; d = json.load(open(sys.argv[1])); d["fields"]["cfs_b_quota"] += 8; json.dump(d, open(sys.argv[2], "w"))' "$BWLAB_KERNEL_LAYOUT" "$W/wrong.json"
+echo "wrong $(BWLAB_KERNEL_LAYOUT=$W/wrong.json .venv/bin/bwlab doctor "$G" --seconds 2 --ebpf --no-predict --json - 2> /dev/null | .venv/bin/python -c 'import json, sys; print(json.dumps(json.load(sys.stdin).get("kernel_state")))')"
