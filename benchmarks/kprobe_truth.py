@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import json
 import os
-import signal
 import subprocess
 import sys
 import tempfile
@@ -24,17 +23,8 @@ import time
 from pathlib import Path
 
 from bwlab import cgroup, scenario, schedtrace
+from bwlab.targets import host
 from bwlab.workloads import programs
-
-
-def start_traced(argv: list[str], procs_files: list[Path], trace: schedtrace.Ftrace) -> subprocess.Popen[bytes]:
-    def join() -> None:  # in the child, before exec: into the group, then named in the trace
-        for procs in procs_files:
-            procs.write_text(str(os.getpid()))
-        trace.mark_root(os.getpid())
-
-    return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                            preexec_fn=join, start_new_session=True)  # fmt: skip
 
 
 def one(spec: scenario.RunSpec, seconds: float, rep: int) -> dict[str, object]:
@@ -46,7 +36,10 @@ def one(spec: scenario.RunSpec, seconds: float, rep: int) -> dict[str, object]:
         schedtrace.Ftrace(name) as trace,
         tempfile.TemporaryDirectory(prefix="bwlab-kprobe-truth-") as tmp,
     ):
-        proc = start_traced([program, *spec.workload.args(str(grp.leaves[0]), rep)], grp.procs_files, trace)
+        # as the host target starts a workload: into the group, then named in the trace, before exec
+        proc = subprocess.Popen([program, *spec.workload.args(str(grp.leaves[0]), rep)], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                                preexec_fn=host.joiner(grp.procs_files, trace), start_new_session=True)  # fmt: skip
         try:
             time.sleep(1.0)  # its workers started
             out = Path(tmp) / "doctor.json"
@@ -54,9 +47,7 @@ def one(spec: scenario.RunSpec, seconds: float, rep: int) -> dict[str, object]:
                                   "--seconds", str(seconds), "--ebpf", "--no-predict", "--json", str(out)],
                                  capture_output=True, text=True, timeout=seconds + 300)  # fmt: skip
         finally:
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+            host.kill_group(proc)
         text = trace.text()
         if res.returncode != 0:
             raise SystemExit(f"doctor failed: {res.stderr.strip()[-300:]}")

@@ -92,20 +92,29 @@ class Trace:
         return [(o - low) * 1e6 for o in offsets]
 
 
-def period_timer_address() -> int:
-    """The kernel address of sched_cfs_period_timer (root reads real addresses)."""
+def kallsyms(names: tuple[str, ...]) -> dict[str, int]:
+    """The addresses /proc/kallsyms gives these kernel symbols (those it has; 0 where
+    kptr_restrict hides them from this user)."""
     try:
         lines = Path("/proc/kallsyms").read_text().splitlines()
     except OSError as exc:
         raise BwlabError(f"cannot read /proc/kallsyms: {exc.strerror}") from None
+    out: dict[str, int] = {}
     for line in lines:
         parts = line.split()
-        if len(parts) >= 3 and parts[2] == "sched_cfs_period_timer":
-            address = int(parts[0], 16)
-            if address == 0:
-                raise BwlabError("/proc/kallsyms hides addresses (kptr_restrict): --ebpf needs root")
-            return address
-    raise BwlabError("this kernel has no sched_cfs_period_timer (no CFS bandwidth control)")
+        if len(parts) >= 3 and parts[2] in names:
+            out.setdefault(parts[2], int(parts[0], 16))
+    return out
+
+
+def period_timer_address() -> int:
+    """The kernel address of sched_cfs_period_timer (root reads real addresses)."""
+    address = kallsyms(("sched_cfs_period_timer",)).get("sched_cfs_period_timer")
+    if address is None:
+        raise BwlabError("this kernel has no sched_cfs_period_timer (no CFS bandwidth control)")
+    if address == 0:
+        raise BwlabError("/proc/kallsyms hides addresses (kptr_restrict): --ebpf needs root")
+    return address
 
 
 # One event: (monotonic s, kind, values). Kinds: "p" period timer (hrtimer address), "w" woken

@@ -13,7 +13,7 @@ from bwlab.errors import BwlabError
 from bwlab.kernel import layout
 from bwlab.live import ebpf, kstate
 
-FIELDS = {"tg_cfs_bandwidth": 408, "tg_cfs_rq": 256, "cfs_b_quota": 16, "cfs_b_runtime": 24, "cfs_b_burst": 32,
+FIELDS = {"tg_cfs_bandwidth": 408, "tg_cfs_rq": 256, "cfs_b_quota": 16, "cfs_b_runtime": 24,
           "cfs_b_period_timer": 64, "cfs_rq_runtime_remaining": 368, "cfs_rq_h_nr_queued": 260,
           "rq_cpu": 2984}  # fmt: skip
 LAYOUT = kstate.Layout(FIELDS, 0xFFFFFFFF817D2A80)

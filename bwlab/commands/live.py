@@ -149,18 +149,19 @@ def watch(group: LiveGroup, seconds: float, interval_s: float, traced: bool = Fa
         if tracer is not None:
             tracer.close()
     cpus = max(1, min(len(allowed), len(recorder.tids) or 1))  # what its threads could run at once
-    expiries = trace.timer_of(periods.boundary_intervals(samples)) if trace is not None else None
+    # the group's period timer: the one whose expiries fall in the sampled boundary intervals
+    key = trace.timer_key(periods.boundary_intervals(samples)) if trace is not None else None
+    expiries = None if trace is None else trace.timers[key] if key is not None else []
     demand = (lambda a, b: trace.demand_us(a, b, cpus)) if trace is not None else None
     analysis = periods.analyze(samples, group.effective, interval_s, cpus, recorder.wanted_cpus, recorder.wanted_us,
                                expiries, demand)  # fmt: skip
     late = trace.lateness_us(expiries or [], group.effective.period_us / 1e6) if trace is not None else None
     kernel = quotas = None
     lim = group.effective
-    if tracer is not None and tracer.kernel is not None and trace is not None and lim.quota_us is not None:
-        key = trace.timer_key(periods.boundary_intervals(samples))  # the group's period timer
-        refills = tracer.kernel.refills.get(key, []) if key else []
-        kernel = kstate.classify(tracer.kernel.throttles.get(key, []) if key else [], refills, lim.quota_us,
-                                 lim.period_us)  # fmt: skip
+    if tracer is not None and tracer.kernel is not None and lim.quota_us is not None:
+        refills = tracer.kernel.refills.get(key, []) if key is not None else []
+        throttles = tracer.kernel.throttles.get(key, []) if key is not None else []
+        kernel = kstate.classify(throttles, refills, lim.quota_us, lim.period_us)
         quotas = sorted({r.quota_ns // 1000 for r in refills})
     return Watched(analysis, recorder, late, short_slice, schedule is not None, len(samples), samples[0], allowed,
                    kernel, quotas)  # fmt: skip

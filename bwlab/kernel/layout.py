@@ -29,13 +29,12 @@ FIELDS = {
     "tg_cfs_rq": "offsetof(struct task_group, cfs_rq)",  # __percpu since 6.18
     "cfs_b_quota": "offsetof(struct cfs_bandwidth, quota)",
     "cfs_b_runtime": "offsetof(struct cfs_bandwidth, runtime)",
-    "cfs_b_burst": "offsetof(struct cfs_bandwidth, burst)",
     "cfs_b_period_timer": "offsetof(struct cfs_bandwidth, period_timer)",
     "cfs_rq_runtime_remaining": "offsetof(struct cfs_rq, runtime_remaining)",
     "cfs_rq_h_nr_queued": "offsetof(struct cfs_rq, h_nr_queued)",  # the group's tasks queued on that CPU
     "rq_cpu": "offsetof(struct rq, cpu)",
 }
-SYMBOLS = ("tg_throttle_down", "__refill_cfs_bandwidth_runtime", "sched_cfs_period_timer", "__per_cpu_offset")
+SYMBOLS = ("tg_throttle_down", "__refill_cfs_bandwidth_runtime", "__per_cpu_offset")  # what kstate checks and reads
 LINE = re.compile(r'->bwlab (\w+) (\d+)"')
 
 

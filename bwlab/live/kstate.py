@@ -39,6 +39,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from bwlab import schedtrace
 from bwlab.errors import BwlabError
 
 FLOOR_SHARE = 0.02  # of the quota: less stranded runtime or debt than this is no cause
@@ -62,18 +63,6 @@ class Layout:
         return self.fields["tg_cfs_bandwidth"] + self.fields["cfs_b_period_timer"]
 
 
-def _kallsyms() -> dict[str, int]:
-    out: dict[str, int] = {}
-    try:
-        for line in Path("/proc/kallsyms").read_text().splitlines():
-            parts = line.split()
-            if len(parts) >= 3 and parts[2] in PROBED:
-                out[parts[2]] = int(parts[0], 16)
-    except OSError:
-        pass
-    return out
-
-
 def layout_here() -> Layout | None:
     """The layout of the running kernel, from the file BWLAB_KERNEL_LAYOUT names (a lab guest
     sets it), or None where none is named or the kernel cannot take kprobes. A file that names
@@ -90,7 +79,7 @@ def layout_here() -> Layout | None:
         raise BwlabError(f"BWLAB_KERNEL_LAYOUT={name}: unreadable ({type(exc).__name__}: {exc})") from None
     if not Path("/sys/kernel/debug/kprobes").exists() and not Path("/sys/kernel/tracing/kprobe_events").exists():
         return None  # no CONFIG_KPROBES: tracepoints only
-    here = _kallsyms()
+    here = schedtrace.kallsyms(PROBED)
     for sym in PROBED:
         if sym not in symbols or here.get(sym) != symbols[sym]:
             raise BwlabError(f"BWLAB_KERNEL_LAYOUT={name} describes kernel {doc.get('kernel_key', '?')}, not the one "

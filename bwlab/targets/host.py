@@ -34,7 +34,9 @@ class Hung(BwlabError):
     cases before it and goes on with the next case."""
 
 
-def _joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> Callable[[], None]:
+def joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> Callable[[], None]:
+    """A workload's preexec_fn: the child joins the group's tasks, then is named in the trace."""
+
     def join() -> None:  # runs in the child between fork and exec
         pid = str(os.getpid())
         for procs in procs_files:
@@ -47,7 +49,8 @@ def _joiner(procs_files: list[Path], trace: schedtrace.Ftrace | None = None) -> 
     return join
 
 
-def _kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+def kill_group(proc: subprocess.Popen[bytes], sig: int = signal.SIGKILL) -> None:
+    """`sig` to the process group a workload started (start_new_session), then reaped."""
     if proc.poll() is None:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(proc.pid, sig)
@@ -92,7 +95,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
             start = time.monotonic()
             with (tmp / "stdout").open("wb") as out, (tmp / "stderr").open("wb") as err:
                 proc = subprocess.Popen(argv, stdout=out, stderr=err, stdin=subprocess.DEVNULL,
-                                        preexec_fn=_joiner(grp.procs_files, trace),
+                                        preexec_fn=joiner(grp.procs_files, trace),
                                         start_new_session=True)  # fmt: skip
             stop_s = spec.workload.plugin.stop_after_s(spec.workload.resolved, spec.duration_s)
             limit = spec.duration_s * GRACE_FACTOR + GRACE_SECONDS
@@ -104,7 +107,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
             except subprocess.TimeoutExpired:
                 raise Hung(_hung_message(Path(argv[0]).name, spec, limit, stop_s is not None)) from None
             finally:
-                _kill_group(proc)
+                kill_group(proc)
             wall = time.monotonic() - start
             rc = 128 - rc if rc < 0 else rc  # killed by a signal: as a shell says it (the plan targets' RC)
             after = grp.read_stat()
@@ -112,7 +115,7 @@ def run_rep(hier: cgroup.Hierarchy, spec: RunSpec, rep: int) -> RawRep:
                 (tmp / f"side{traced}").write_text(trace.text())
         finally:
             for side_proc in sides:
-                _kill_group(side_proc, signal.SIGTERM)
+                kill_group(side_proc, signal.SIGTERM)
         return RawRep(
             stat_before=before,
             stat_after=after,
