@@ -105,6 +105,10 @@ def build_parser() -> argparse.ArgumentParser:
     p = ksub.add_parser("build", help="build a kernel variant (cached by source, series, config)")
     add_variant_args(p)
     p.set_defaults(func=Command("kernel", "cmd_build"))
+    p = ksub.add_parser("scheduler", help="build scx_bwlab (scx/) for a kernel built with kernel/configs/scx.config; "
+                        "prints the loader's path")  # fmt: skip
+    p.add_argument("--kernel", required=True, metavar="KEY", help="the kernel's key (bwlab kernel list)")
+    p.set_defaults(func=Command("kernel", "cmd_scheduler"))
     p = ksub.add_parser("git", help="a git tree of the source (reproducible base commit) with the series applied")
     p.add_argument("dest", help="directory to create")
     p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")

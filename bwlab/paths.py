@@ -21,6 +21,7 @@ LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
 TEST_CPU_ONLY = KERNEL_DIR / "selftest" / "test_cpu_only.c"
 DEBUG_CONFIG = KERNEL_DIR / "configs" / "debug.config"
 LOCKSTAT_CONFIG = KERNEL_DIR / "configs" / "lockstat.config"
+SCX_CONFIG = KERNEL_DIR / "configs" / "scx.config"
 WORKLOAD_SRC = REPO_ROOT / "workloads"
 # the exporter's file in its --textfile directory (node_exporter's textfile collector reads *.prom)
 EXPORTER_TEXTFILE = "bwlab.prom"

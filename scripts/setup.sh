@@ -13,6 +13,8 @@ PACKAGES=(
   podman runc                                                    # a real container for bwlab doctor/top tests
   bpftrace                                                       # bwlab doctor --ebpf and its tests
   prometheus                                                     # bwlab exporter tests: a real server, promtool
+  debootstrap                                                    # deploy/build-images.sh: the images' base; trixie's pahole (BTF)
+  clang-19 llvm-19 zlib1g-dev                                    # scx_bwlab (scx/): BPF, its static loader
 )
 
 SUDO=""
@@ -31,6 +33,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
   $SUDO apt-get update -q >&2
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" >&2
 fi
+
+# bwlab-nri's real tests (tests/test_nri_real.py) drive containerd 2.x and crictl, built once
+# from the Go module proxy into bwlab's cache (nri/install-runtime.sh)
+bash nri/install-runtime.sh "${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}"
 
 # The simulator (sim/) is Rust, built into bwlab._sim by maturin during the pip install; its
 # build directory is kept in bwlab's cache (bwlab/paths.py) for the next clone to reuse.

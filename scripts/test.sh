@@ -17,6 +17,10 @@ if ! command -v cargo >/dev/null 2>&1; then export PATH="$HOME/.cargo/bin:$PATH"
 # a compile and changes no lint and no test's result.
 (cd sim && cargo fmt --check && cargo clippy --all-targets -q -- -D warnings \
   && cargo clippy --features python -q -- -D warnings && cargo test -q)
+# bwlab-nri (nri/), the NRI plugin: gofmt, go vet and its unit tests (its real tests are pytest's)
+GO=$(command -v go || echo /usr/local/go/bin/go)
+(cd nri && unformatted=$("$(dirname "$GO")/gofmt" -l .) && { [ -z "$unformatted" ] || { echo "gofmt: $unformatted" >&2; exit 1; }; } \
+  && "$GO" vet ./... && "$GO" test ./...)
 # --durations: the slowest tests in CI's log, where its 90-minute budget goes.
 if [ $# -gt 0 ]; then exec .venv/bin/pytest -v -ra --durations=30 "$@"; fi
 # The unit tests in parallel, one worker per CPU; then the real tests (marker `real`: cgroups,

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from bwlab import cgroup, schedtrace
 from bwlab.scenario import builtin_path
@@ -170,6 +171,17 @@ def pytest_sessionstart(session: pytest.Session) -> None:
         pytest.exit(f"CI=true and the real tests' prerequisites are missing: {'; '.join(lacking)}", returncode=3)
 
 
+def daemonset(manifest: Path) -> tuple[dict[str, Any], dict[str, Any]]:
+    """A DaemonSet manifest, validated against the Kubernetes schemas (kubernetes-validate
+    --strict): its pod spec and its one container."""
+    validator = Path(sys.executable).parent / "kubernetes-validate"
+    proc = subprocess.run([str(validator), "--strict", str(manifest)], capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    spec: dict[str, Any] = yaml.safe_load(manifest.read_text())["spec"]["template"]["spec"]
+    (container,) = spec["containers"]
+    return spec, container
+
+
 def lacking(reason: str) -> None:
     """A test cannot run on this machine: it skips saying why, but fails under CI=true."""
     if prereqs.in_ci():
@@ -192,6 +204,7 @@ def tool_or_skip(tool: str) -> str:
 # clocksource (a demoted clocksource changes every later timing).
 WATCHED_COMMS = {"qemu-system-x86", "bpftrace", "sysbench", "hackbench", "spin", "cgsample", "cgwrite",
                  "wakelat", "funcs", "noise", "picks", "cglat", "cgstress", "quotaflip",
+                 "containerd", "containerd-shim", "bwlab-nri",  # bwlab-nri's real runtime
                  "ld-linux-x86-64"}  # a bundle's QEMU, run through its own loader  # fmt: skip
 CLOCKSOURCE = Path("/sys/devices/system/clocksource/clocksource0/current_clocksource")
 
@@ -246,6 +259,17 @@ def remove_group(group: Path) -> None:
         if not group.exists():
             return
         time.sleep(0.1)
+
+
+def podman_parents() -> set[Path]:
+    """podman's cgroupfs parent groups (libpod_parent) in every v1 hierarchy and v2."""
+    return set(cgroup.CGROUP_ROOT.glob("*/libpod_parent"))
+
+
+def remove_podman_parents(before: set[Path]) -> None:
+    """Remove the libpod_parent groups podman made since `before` (it leaves them, empty)."""
+    for made in podman_parents() - before:
+        remove_group(made)
 
 
 def steal_ticks() -> int:

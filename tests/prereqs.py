@@ -16,9 +16,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from bwlab.paths import cache_root
+
 GO_FALLBACK = Path("/usr/local/go/bin/go")  # where the machine's Go lives when it is not on PATH
 GO_MIN = (1, 25)  # the first Go whose GOMAXPROCS follows the cgroup's quota (doctor's pool test)
 SSHD = Path("/usr/sbin/sshd")
+RUNTIME_SCRIPT = Path(__file__).resolve().parent.parent / "nri" / "install-runtime.sh"
+RUNTIME_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")
 
 # program on PATH -> what provides it (scripts/setup.sh installs each but Go)
 TOOLS = {
@@ -38,6 +42,8 @@ TOOLS = {
     "perl": "perl (scripts/setup.sh)",
     "ssh": "openssh-client (scripts/setup.sh)",
     "unshare": "util-linux",
+    "debootstrap": "debootstrap (scripts/setup.sh): deploy/build-images.sh's base, trixie's pahole",
+    "clang-19": "clang-19 (scripts/setup.sh): scx_bwlab's BPF",
 }
 
 
@@ -47,6 +53,15 @@ def which(tool: str) -> str | None:
     if found is None and tool == "go" and GO_FALLBACK.is_file():
         return str(GO_FALLBACK)
     return found
+
+
+def runtime_dir() -> Path:
+    """Where nri/install-runtime.sh (run by scripts/setup.sh) puts containerd and crictl: its
+    versions, read from the script, name the folder."""
+    text = RUNTIME_SCRIPT.read_text()
+    versions = [re.search(rf"^{name}=(\S+)$", text, re.MULTILINE) for name in ("CONTAINERD", "CRICTL")]
+    assert versions[0] and versions[1], f"{RUNTIME_SCRIPT}: no CONTAINERD= or CRICTL= line"
+    return cache_root() / "runtime" / f"containerd-{versions[0].group(1)}-crictl-{versions[1].group(1)}"
 
 
 def go_version(go: str) -> tuple[int, int] | None:
@@ -67,6 +82,9 @@ def missing() -> list[str]:
     for tool, source in TOOLS.items():
         if which(tool) is None:
             out.append(f"{tool} ({source})")
+    for tool in RUNTIME_TOOLS:
+        if not (runtime_dir() / tool).is_file():
+            out.append(f"{runtime_dir() / tool} (nri/install-runtime.sh, run by scripts/setup.sh)")
     if not SSHD.is_file():
         out.append(f"{SSHD} (openssh-server, scripts/setup.sh)")
     go = which("go")

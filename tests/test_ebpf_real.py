@@ -91,8 +91,13 @@ def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
     return [p for p in periods if p["throttled"] and p["periods"] == 1]
 
 
-def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
+UNTRACED_MAX = 0.03  # of a case's boundaries: 0-5 of ~300 in 40 cases (docs/testing.md)
+
+
+def grid_lateness(doc: dict[str, object], period_us: int) -> tuple[list[float], int]:
     """How late (us) each traced boundary came after its place on the period timer's grid,
+    and how many boundaries were not traced (placed by the counters' fitted phase: an expiry
+    the tracer lost; their place is not the timer's and they are left out),
     the grid laid by the kernel's own count: nr_periods advances by the timer's overrun at each
     expiry (hrtimer_forward_now), so consecutive boundaries are as many periods apart as the
     row between them counted, plus how much later the second fired than the first. A timer
@@ -100,17 +105,22 @@ def grid_lateness(doc: dict[str, object], period_us: int) -> list[float]:
     at least (a boundary made up would end a row the kernel counted none in); boundaries
     taken from another timer, or counts that do not match, scatter over the period.
 
-    (Four first versions placed the grid from the boundaries alone: this VM's expiries came
-    all 0.25 ms late but one, in two groups 0.5 ms apart, and single ones up to 9.8 ms late,
-    and each version mistook one of these for an early or a missing boundary:
-    docs/testing.md.)"""
+    (Four first versions placed the grid from the boundaries alone, and each mistook single
+    expiries up to 9.8 ms late for an early or a missing boundary: docs/testing.md. The
+    "all 0.25 ms late but one" seen then was this function's own error until 2026-11-28: the
+    one was a boundary doctor had estimated, not traced, and anchored the grid; untraced
+    boundaries are left out since, and every case's latest boundary came 0.01-0.32 ms late.)"""
     rows = doc["per_period"]
     assert isinstance(rows, list) and rows
     assert all(int(r["periods"]) >= 1 for r in rows), [r for r in rows if int(r["periods"]) < 1][:3]
     slots = [0, *itertools.accumulate(int(r["periods"]) for r in rows)]
     times = [float(rows[0]["start"]) * 1e6] + [float(r["end"]) * 1e6 for r in rows]
     offsets = [t - times[0] - n * period_us for t, n in zip(times, slots, strict=True)]
-    return [o - min(offsets) for o in offsets]
+    # boundary j ends row j - 1 and starts row j: traced where a row beside it has no error
+    # (a row's error is its two boundaries' together)
+    exact = [any(int(rows[k]["error_us"]) == 0 for k in (j - 1, j) if 0 <= k < len(rows)) for j in range(len(times))]
+    kept = [o for o, ok in zip(offsets, exact, strict=True) if ok]
+    return [o - min(kept) for o in kept], exact.count(False)
 
 
 def machine_cpu() -> tuple[float, float]:
@@ -154,18 +164,23 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
         shares = [float(p["demand_us"]) / (min(threads, NCPU) * (float(p["end"]) - float(p["start"])) * 1e6)  # type: ignore[arg-type]
                   for p in found]  # fmt: skip
         lengths = [(float(p["end"]) - float(p["start"])) * 1e6 for p in found]  # type: ignore[arg-type]
-        late = grid_lateness(doc, period)
+        late, untraced = grid_lateness(doc, period)
         off = [round(n) for n in lengths if abs(n - period) > 0.05 * period]
         # on the grid: a boundary taken from another timer or event would land anywhere in the
         # period; a late expiry lands after its place (0.25-9.8 ms on this VM, docs/testing.md)
         assert sum(x <= 0.1 * period for x in late) >= 0.95 * len(late), sorted(late)[-10:]
+        # a boundary whose expiry is not in the trace: none within 9 ms of it, the counters'
+        # sampler late by 2-4 ms there, at about 1 s apart (0-5 of ~300 boundaries a case,
+        # 2026-11-28; no recursion miss counted on the programs; cause not found): doctor
+        # places it by the fitted phase and says so (error_us)
+        assert untraced <= UNTRACED_MAX * (len(late) + untraced), untraced
         near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
         # the quantities the bounds are on, one line per case, for their distribution (docs/testing.md)
         print(
             f"traced_demand threads={threads} share={share}: throttled {len(found)} of {len(doc['per_period'])}, "
             f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}, "
-            f"boundaries {len(late)}, late > 0.2 ms {sum(x > 200 for x in late)}, "
+            f"boundaries {len(late)}, untraced {untraced}, late > 0.2 ms {sum(x > 200 for x in late)}, "
             f"> a tenth {sum(x > 0.1 * period for x in late)}, max late {max(late):.0f} us"
         )
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread

@@ -238,7 +238,31 @@ def test_over_its_cpu_budget_no_group_turns_hot_and_the_least_recently_watched_g
     _stat(dirs["svc"], 60, 9)
     watcher.coarse_round()  # the pod keeps its place (extended) while within the budget
     pod = watcher.tracked[f"/kubepods/pod{POD}"]
-    assert pod.hot is not None and pod.hot.until > clock.t and watcher.hot_count() == 1
+    # a hot window runs on the real clock (not the budget's): on a machine up < 600 s, clock.t
+    # (the budget's) was ahead of it (the cold CI of 5ae8f38, a new machine)
+    assert pod.hot is not None and pod.hot.until > time.monotonic() and watcher.hot_count() == 1
     clock.cpu += 1.0  # a second of CPU at once: over the budget, the hot pod cools at the next analysis
     watcher.coarse_round()
     assert budget.balance < 0 and pod.hot is not None and pod.hot.until <= time.monotonic()
+
+
+def test_a_hot_group_cools_at_the_first_analysis_over_the_budget(tmp_path: Path) -> None:
+    """Between two coarse rounds (5 s apart at the defaults) the budget is read at each analysis
+    (every second): once it is spent every hot group cools there, its samples classified
+    first, instead of sampling on until the next coarse round; within it, they stay hot."""
+    dirs = _tree(tmp_path)
+    clock = _Clock()
+    budget = exporter.CpuBudget(0.01, lambda: clock.t, lambda: clock.cpu)
+    facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=0, mean_cpus=0.0)
+    watcher = exporter.Watcher(Hierarchy(2, tmp_path), 5.0, 4, facts, budget=budget)
+    watcher.coarse_round()
+    _stat(dirs["pod"], 20, 3)
+    watcher.coarse_round()
+    pod = watcher.tracked[f"/kubepods/pod{POD}"]
+    assert pod.hot is not None and watcher.hot_count() == 1
+    now = time.monotonic()
+    watcher.analysis_round(now)  # within the budget: hot on
+    assert pod.hot is not None
+    clock.t, clock.cpu = 1.0, 0.2  # a second at 20 % of a CPU: the 0.1 s bucket spent
+    watcher.analysis_round(now + 1)
+    assert budget.balance < 0 and pod.hot is None and watcher.hot_count() == 0

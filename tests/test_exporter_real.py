@@ -35,7 +35,7 @@ import yaml
 from bwlab.live import sampler
 from bwlab.workloads import programs
 
-from conftest import REPO, needs_root, running_in_group
+from conftest import REPO, needs_root, running_in_group, steal_ticks
 
 pytestmark = needs_root()
 
@@ -220,9 +220,11 @@ def test_a_group_throttled_for_minutes_is_never_out_of_sight(tmp_path: Path) -> 
     port = free_port()
     with loaded(NCPU, NCPU) as path, prometheus(tmp_path, port, "15s") as prom:
         with exporter(port, budget=None) as exp:
-            start, cpu0 = time.time(), _cpu_s(exp.pid)
+            start, cpu0, steal0 = time.time(), _cpu_s(exp.pid), steal_ticks()
             time.sleep(NEVER_BLIND_S)
             end, used = time.time(), _cpu_s(exp.pid) - cpu0
+            steal_s = (steal_ticks() - steal0) / os.sysconf("SC_CLK_TCK")
+            by_thread = _cpu_by_thread(exp.pid)
             watched_rate = _watched_rate(port, path, end - start)
         sel = f'id="{path}"'
         rates = query_range(prom, f'rate(bwlab_throttled_periods_total{{{sel},verdict="below_quota"}}[1m])',
@@ -237,6 +239,9 @@ def test_a_group_throttled_for_minutes_is_never_out_of_sight(tmp_path: Path) -> 
                                 ("bwlab_cfs_throttled_periods_total", ""), ("bwlab_watched_periods_total", ""),
                                 ("bwlab_periods_total", ""))
         )  # fmt: skip
+        # where a run's CPU went, for a failure to be read by: the periods watched by 15 s
+        # step (the hot spells), the machine's steal, the exporter's CPU by thread
+        spells = [round(v) for _, v in query_range(prom, f"bwlab_watched_periods_total{{{sel}}}", start, end, 15)]
         port2 = free_port()
         with exporter(port2, budget="100") as free:
             cpu0 = _cpu_s(free.pid)
@@ -248,7 +253,7 @@ def test_a_group_throttled_for_minutes_is_never_out_of_sight(tmp_path: Path) -> 
           f"{max(ratios, default=0):.3f}; over {span}: below {below:.0f}, at {at:.0f}, kernel {kernel:.0f}, "
           f"periods {every:.0f} ({watched:.0f} watched); exporter {used:.2f} CPU-s in {end - start:.0f} s, "
           f"without a budget {free_used:.2f} in {UNBUDGETED_S} s; watched/s {watched_rate:.1f} and "
-          f"{free_rate:.1f}")  # fmt: skip
+          f"{free_rate:.1f}; watched by 15 s {spells}, steal {steal_s:.2f} s, CPU-s by thread {by_thread}")  # fmt: skip
     steps = round((end - start - 75) // 15) + 1
     assert len(rates) == steps and all(v > 0 for _, v in rates), rates  # no gap
     assert kernel > 0 and abs(below - kernel) <= 0.1 * kernel, (below, at, kernel)
@@ -366,6 +371,17 @@ def test_textfile_is_written_atomically(tmp_path: Path) -> None:
     assert lint.returncode == 0, lint.stdout + lint.stderr
 
 
-def _cpu_s(pid: int) -> float:
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+def _cpu_by_thread(pid: int) -> list[float]:
+    """CPU seconds of each of the process's threads, by thread ID (the first is the main one)."""
+    out = []
+    for task in sorted(Path(f"/proc/{pid}/task").iterdir(), key=lambda p: int(p.name)):
+        with contextlib.suppress(OSError):
+            out.append(round(_cpu_s(task), 2))
+    return out
+
+
+def _cpu_s(pid: int | Path) -> float:
+    """utime + stime of a process (its PID) or of one thread (its /proc/PID/task/TID)."""
+    proc = pid if isinstance(pid, Path) else Path(f"/proc/{pid}")
+    fields = (proc / "stat").read_text().rsplit(")", 1)[1].split()
     return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime

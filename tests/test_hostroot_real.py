@@ -260,6 +260,7 @@ def test_systemd_as_pid_1_makes_the_groups_the_tools_name(kernel_key: str) -> No
     (not_found,) = got["not_found"]
     assert not_found.startswith("1 bwlab: error: no CPU-limited systemd unit 'bwlab-nope.service'"), not_found
     assert got["equal_cpu_max"] == ["20000 10000"] and got["equal_burst"] == ["8000"], res.stdout
+    assert got["equal_floor"] == ["refuses a quota below 8000 us from systemd (CPUQuota=)"], res.stdout
     (equal,) = got["equal"]
     assert equal["identity"] == "systemd bwlab-equal.service", equal
     # watched, 0-15 throttles in 4 s (docs/testing.md): "none" in 2 runs of 20, else below quota

@@ -5,6 +5,7 @@ tests/test_live_real.py runs the same against real cgroups and workloads."""
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import math
 import os
@@ -573,6 +574,28 @@ def test_exact_boundaries_and_demand_decide_when_traced() -> None:
     assert throttled and all(p.verdict == "below" and p.estimated == "at" for p in throttled)
 
 
+def test_an_expiry_at_the_edge_of_a_read_is_its_boundary() -> None:
+    """The two races of a read with the period timer: the timer fires on the reading CPU
+    between the clock's read and the file's (its expiry after the sample's time, before the
+    read's end), or just before a read that does not see it yet (its expiry a little before
+    the time of the read that missed it). Both are traced boundaries, not estimates."""
+    samples = _synthetic([2.0] * 30, 10000, 10000, 0.001)
+    samples = [dataclasses.replace(s, read_end=s.t + 0.00003) for s in samples]
+    edges = boundary_intervals(samples)
+    expiries = [b - 0.0002 for _, b in edges]
+    expiries[3] = edges[3][1] - 0.00001  # after the read began (the sample's time), before it ended
+    expiries[6] = edges[6][0] - 0.00001  # 10 us before the read that missed it
+    analysis = analyze(samples, Limit(10000, 10000), 0.001, cpus=2, boundaries=expiries,
+                       demand=lambda a, b: 0.5 * (b - a) * 1e6)  # fmt: skip
+    assert all(p.error_us == 0 for p in analysis.periods)
+    assert [round(p.start, 6) for p in analysis.periods] == [round(t, 6) for t in expiries[:-1]]
+    # a read's time alone misses the first: the boundary then estimated (fitted phase)
+    bare = [dataclasses.replace(s, read_end=None) for s in samples]
+    estimated = analyze(bare, Limit(10000, 10000), 0.001, cpus=2, boundaries=expiries,
+                        demand=lambda a, b: 0.5 * (b - a) * 1e6)  # fmt: skip
+    assert [i for i, p in enumerate(estimated.periods) if p.error_us] == [2, 3]
+
+
 def test_threads_wanting_more_than_the_counters_show_is_at_quota() -> None:
     """Usage at the quota with little throttled time (many threads: the counters miss what
     they were stopped from running) but threads that wanted both CPUs: over-use."""
@@ -925,3 +948,59 @@ def test_a_systemd_unit_is_told_how_to_keep_its_burst(tmp_path: Path) -> None:
     (tmp_path / "cpu" / "system.slice" / "a.service" / "cpu.cfs_period_us").write_text("100000\n")
     (line,) = [c for runtime, c in diagnose.commands(groups.find("a.service", hier), 4000) if runtime == "systemd"]
     assert "CPUQuotaPeriodSec" not in line, line
+
+
+def test_tune_names_the_quota_floor_a_burst_sets_and_who_it_binds() -> None:
+    from bwlab.live import tune
+
+    hier = Hierarchy(1, Path("/nonexistent"))
+    plain = groups.LiveGroup("/g", hier, Limit(20000, 10000), Limit(20000, 10000), "/g", identify("/g"))
+    assert tune.quota_floor(plain, 0) is None  # no burst, no floor
+    said = tune.quota_floor(plain, 8000)
+    assert said is not None and "refuses a quota below 8000 us for /g" in said and "bwlab tune /g --burst 0" in said
+    path = "/kubepods/burstable/pod0b5e/" + "a" * 64
+    ctr = groups.LiveGroup(path, hier, Limit(20000, 10000), Limit(20000, 10000), path, identify(path))
+    said = tune.quota_floor(ctr, 8000)
+    assert said is not None and "container runtime" in said and "bwlab-nri" in said, said
+
+
+def test_a_burst_clamped_to_the_quota_is_said_with_what_would_cover_the_rest() -> None:
+    hier = Hierarchy(1, Path("/nonexistent"))
+    facts = diagnose.Facts(ncpu=8, hz=250, slice_us=5000, threads=8, mean_cpus=1.0)
+    # 3 CPUs of quota at a 10 ms period, 8 threads on 8 CPUs: 3 ticks, 12 ms, fit under the 30 ms quota
+    wide = groups.LiveGroup("/w", hier, Limit(30000, 10000), Limit(30000, 10000), "/w", identify("/w"))
+    assert diagnose.burst_clamp(wide, facts) is None and diagnose.recommended_burst(wide, facts) == 12000
+    # 0.2 CPU at 10 ms: a 4 ms tick is twice the 2 ms quota
+    small = groups.LiveGroup("/s", hier, Limit(2000, 10000), Limit(2000, 10000), "/s", identify("/s"))
+    said = diagnose.burst_clamp(small, facts)
+    assert diagnose.recommended_burst(small, facts) == 2000
+    assert said is not None and "4000 us, above the quota 2000 us" in said and "covers 50 % of it" in said, said
+    assert "a period of 20 ms" in said and "cpuset" not in said and "series" in said, said
+    cause = {c.key for c in diagnose.diagnose(small, _throttled(20, 0, 2000, 10000), facts).causes}
+    assert "burst-clamped" in cause
+
+
+def test_fixes_are_ranked_by_predicted_effect_and_what_barely_helps_is_never_the_fix() -> None:
+    """The issue's Go service: 53 % as it is, 47 % with a burst, 0.8 % on one thread."""
+    from bwlab.live import fixes, whatif
+
+    hier = Hierarchy(2, Path("/sys/fs/cgroup"))
+    lim = Limit(100000, 100000)
+    group = groups.LiveGroup("/svc", hier, lim, lim, "/svc", identify("/svc"))
+    pool = threadpools.Pool(42, "/usr/bin/srv", "go", "go1.24.1", 2, "the 2 CPUs it may run on")
+    facts = diagnose.Facts(ncpu=2, hz=250, slice_us=5000, threads=8, mean_cpus=0.9, pools=(pool,))
+    diag = diagnose.Diagnosis("below-quota", "")
+    rows = [(whatif.Variant("as it is", lim), 53.0),
+            (whatif.Variant("burst 8000 us", Limit(100000, 100000, 8000)), 47.0),
+            (whatif.Variant("the series (policy all)", lim, "all"), 0.0),
+            (whatif.Variant("threads 1 (not 8)", lim, trace=Path("pool1.jsonl"), paced=False), 0.8)]  # fmt: skip
+    predictions = [whatif.Prediction(v, pct, 0.5, 5, 2000.0) for v, pct in rows]
+    ranked = fixes.rank(group, diag, facts, predictions)
+    assert [f.setting for f in ranked] == ["threads 1 (not 8)", "burst 8000 us"]  # the series: a kernel
+    assert [f.helps for f in ranked] == [True, False]  # 53 -> 47: less than a quarter of it
+    threads = ranked[0]
+    assert threads.how == (("go /usr/bin/srv (pid 42)", "GOMAXPROCS=1 in its environment"),)
+    assert threads.trade is not None and "a request can take longer" in threads.trade
+    burst = ranked[1]
+    assert any("bwlab tune /svc --burst 8000" in c for _, c in burst.how)  # how, even where it barely helps
+    assert fixes.helps(10.0, 7.5) and not fixes.helps(10.0, 8.5) and not fixes.helps(3.0, 1.5)

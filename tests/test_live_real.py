@@ -33,7 +33,19 @@ from bwlab.workloads import programs, wakelat
 from bwlab.workloads.trace import read_trace
 
 import prereqs
-from conftest import REPO, bwlab, lacking, needs_root, running_in_group, started_in, steal_ticks, tool_or_skip
+from conftest import (
+    REPO,
+    bwlab,
+    daemonset,
+    lacking,
+    needs_root,
+    podman_parents,
+    remove_podman_parents,
+    running_in_group,
+    started_in,
+    steal_ticks,
+    tool_or_skip,
+)
 
 pytestmark = needs_root()
 
@@ -386,6 +398,44 @@ def test_bad_input_is_one_line(tmp_path: Path) -> None:
         assert int(burst_file.read_text()) == 0
 
 
+def test_tune_says_which_lower_quotas_the_kernel_now_refuses(tmp_path: Path) -> None:
+    """The resize hazard (docs/live.md): with a burst set the kernel refuses a quota below it
+    (EINVAL) and keeps the old one, so the owner's resize down fails. tune says so at once,
+    with the floor and what is safe; the floor is the kernel's: below refused, at it accepted."""
+    with cgroup.detect().group(cgroup.unique_name("floor"), 10000, 20000, 0, None) as grp:
+        tuned = bwlab("tune", rel(grp), "--burst", "8000", env={"BWLAB_CACHE": str(tmp_path)})
+        assert tuned.returncode == 0, tuned.stderr
+        said = " ".join(tuned.stderr.split())
+        assert "the kernel refuses a quota below 8000 us" in said and "bwlab-nri" in said, tuned.stderr
+        assert f"bwlab tune {rel(grp)} --burst 0" in said, tuned.stderr
+        v2 = grp.bandwidth_file.name == "cpu.max"
+
+        def quota() -> int:
+            return int(grp.bandwidth_file.read_text().split()[0])
+
+        with pytest.raises(OSError) as refused:
+            grp.bandwidth_file.write_text("5000 10000" if v2 else "5000")
+        assert refused.value.errno == 22  # EINVAL
+        assert quota() == 20000  # the owner's resize is lost
+        grp.bandwidth_file.write_text("8000 10000" if v2 else "8000")  # at the floor: accepted
+        assert quota() == 8000
+
+
+@pytest.mark.untimed
+def test_the_agents_daemonset_validates_and_runs_what_tune_needs() -> None:
+    """tune --watch as a DaemonSet (runtimes without NRI): valid for the Kubernetes schemas, no
+    capability, the host's cgroupfs where tune looks for it, its revert state on the host."""
+    spec, container = daemonset(REPO / "deploy" / "kubernetes" / "bwlab-agent.yaml")
+    ctx = container["securityContext"]
+    assert ctx["capabilities"]["drop"] == ["ALL"] and "add" not in ctx["capabilities"] and not ctx.get("privileged")
+    assert ctx["readOnlyRootFilesystem"] is True and spec["hostPID"] is True
+    assert "cpu" not in container["resources"].get("limits", {})
+    assert container["args"][:3] == ["tune", "/kubepods*", "--watch"] and "--burst=auto" in container["args"]
+    mounts = {m["mountPath"] for m in container["volumeMounts"]}
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert mounts == {"/sys/fs/cgroup", env["BWLAB_CACHE"]}
+
+
 def _cli() -> list[str]:
     return [sys.executable, "-m", "bwlab.cli"]
 
@@ -521,6 +571,7 @@ def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
     podman = ["podman", "--root", str(tmp_path / "storage"), "--runroot", str(runroot),
               "--storage-driver", "vfs", "--cgroup-manager", "cgroupfs", "--runtime", "runc"]  # fmt: skip
     name = f"bwlab-test-{os.getpid()}"
+    parents = podman_parents()
     subprocess.run([*podman, "import", str(tmp_path / "rootfs.tar"), "bwlab-busybox"], check=True,
                    capture_output=True)  # fmt: skip
     run = subprocess.run([*podman, "run", "-d", "--network=none", *PODMAN_ULIMITS, "--cpus=1.5", "--name", name,
@@ -560,6 +611,7 @@ def test_a_podman_container_is_found_and_diagnosed(tmp_path: Path) -> None:
         subprocess.run([*podman, "rm", "-f", "-t", "0", name, f"{name}-pinned"], capture_output=True)
         subprocess.run([*podman, "rmi", "-f", "bwlab-busybox"], capture_output=True)
         subprocess.run(["rm", "-rf", str(runroot), str(tmp_path / "storage")], check=False)
+        remove_podman_parents(parents)
 
 
 def test_tune_watch_keeps_the_burst_on_matching_groups(tmp_path: Path) -> None:

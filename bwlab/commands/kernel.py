@@ -1,4 +1,4 @@
-"""`bwlab kernel fetch|build|git|export|list|clean`."""
+"""`bwlab kernel fetch|build|scheduler|git|export|list|clean`."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import export as kernel_export
 from bwlab.kernel import git as kernel_git
+from bwlab.kernel import scheduler as kernel_scheduler
 from bwlab.kernel import source as kernel_source
 from bwlab.paths import POSTED_SERIES
 from bwlab.progress import step
@@ -27,6 +28,13 @@ def cmd_fetch(args: argparse.Namespace) -> int:
 def cmd_build(args: argparse.Namespace) -> int:
     image = common.build(common.variant_of(args, common.kernel_source_of(args, fetch=False), common.series_of(args)))
     print(f"{image.key} {image.bzimage}")
+    return 0
+
+
+def cmd_scheduler(args: argparse.Namespace) -> int:
+    with step(f"scx_bwlab for {args.kernel}"):
+        loader = kernel_scheduler.build(args.kernel)
+    print(loader)
     return 0
 
 

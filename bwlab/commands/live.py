@@ -20,7 +20,7 @@ from rich.table import Table
 
 from bwlab import periods, threads
 from bwlab.errors import BwlabError
-from bwlab.live import diagnose, ebpf, groups, kstate, sampler, threadpools, tune, whatif, window
+from bwlab.live import diagnose, ebpf, fixes, groups, kstate, sampler, threadpools, tune, whatif, window
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Limit, Sample
 from bwlab.progress import console, out
@@ -230,6 +230,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             predictions = whatif.predict(trace, variants, facts.cpus, facts.hz or 250, facts.slice_us,
                                          min(args.seconds, REPLAY_MAX_S))  # fmt: skip
     doc = report_doc(group, analysis, facts, diag, predictions)
+    doc["fixes"] = [f.to_json() for f in fixes.rank(group, diag, facts, predictions)]
     doc["asked"] = asked  # the group named, where `group` is the ancestor whose limit was watched
     if predictions and analysis.total:  # the replay as it is, against what was measured
         measured = 100 * analysis.throttled / analysis.total
@@ -358,8 +359,25 @@ def print_report(doc: dict[str, Any]) -> None:
                       f"{check['measured_pct']:.1f} % was measured: take its other rows as uncertain "
                       "(work queued inside the program, beyond its threads, is not in the recording)[/yellow]",
                       soft_wrap=True)  # fmt: skip
-    for cmd in diag["commands"]:
-        out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
+    ranked = doc.get("fixes") or []
+    if ranked:  # the what-if's settings, best first; what barely helps is never "the fix"
+        as_is = doc["predictions"][0]["throttled_pct"]
+        out.print(f"fixes, by predicted effect (as it is: {as_is:.1f} % throttled):")
+        for i, fix in enumerate(ranked, 1):
+            stall = "" if fix["stall_p99_us"] is None else f", stall p99 {fix['stall_p99_us'] / 1000:.2f} ms"
+            said = f"{fix['throttled_pct']:.1f} % throttled{stall}"
+            if not fix["helps"]:
+                out.print(f"  [dim]{i}. {fix['setting']}: {said}: barely helps ({as_is:.1f} % as it is)[/dim]",
+                          soft_wrap=True)  # fmt: skip
+                continue
+            out.print(f"  {i}. {fix['setting']}: {said}", soft_wrap=True)
+            if fix["trade"]:
+                out.print(f"     trade: {fix['trade']}", soft_wrap=True)
+            for how in fix["how"]:
+                out.print(f"     fix ({how['where']}): {how['command']}", soft_wrap=True)
+    else:  # not predicted (--no-predict): the diagnosis's own recommendation
+        for cmd in diag["commands"]:
+            out.print(f"  fix ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
     for cmd in diag["alternatives"]:
         out.print(f"  or, in place of the quota ({cmd['runtime']}): {cmd['command']}", soft_wrap=True)
 
@@ -384,6 +402,7 @@ def watch_and_tune(args: argparse.Namespace) -> int:
         raise BwlabError(bad_burst(args.burst))
     hier = groups.hierarchy()
     refused: set[str] = set()
+    floors: set[str] = set()
     rounds = 0
     while args.iterations is None or rounds < args.iterations:
         if rounds:
@@ -402,6 +421,9 @@ def watch_and_tune(args: argparse.Namespace) -> int:
                 console.print(f"[yellow]skipped[/yellow] {group.path}: {exc}", soft_wrap=True)
                 continue
             out.print(f"{group.path} ({group.identity.describe()}): burst {old} -> {new} us (verified)")
+            if group.path not in floors and (floor := tune.quota_floor(group, new)) is not None:
+                floors.add(group.path)  # said once per group: it holds while any burst is set
+                console.print(f"[yellow]note[/yellow]: {floor}", soft_wrap=True)
     return 0
 
 
@@ -429,6 +451,10 @@ def cmd_tune(args: argparse.Namespace) -> int:
         raise BwlabError(bad_burst(args.burst))
     old, new = tune.set_burst(group, value)
     out.print(f"{group.path}: burst {old} -> {new} us (verified; bwlab tune {group.path} --revert undoes it)")
+    if args.burst == "auto" and (clamp := diagnose.burst_clamp(group, facts_of(group))) is not None:
+        console.print(f"[yellow]clamped[/yellow]: {clamp}", soft_wrap=True)
+    if (floor := tune.quota_floor(group, new)) is not None:
+        console.print(f"[yellow]note[/yellow]: {floor}", soft_wrap=True)
     return 0
 
 

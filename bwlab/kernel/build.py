@@ -21,6 +21,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from bwlab.errors import BwlabError
+from bwlab.kernel import pahole
 from bwlab.kernel.source import KernelSource
 from bwlab.paths import LAB_CONFIG, cache_root
 from bwlab.progress import console
@@ -299,14 +300,21 @@ def prepare_tree(variant: Variant, work: Path, log: Path) -> Path:
     return src
 
 
-def configure(variant: Variant, src: Path, out: Path, log: Path) -> None:
+def make_vars(variant: Variant) -> list[str]:
+    """Variables for every make of this variant: a pahole new enough for its BTF, where its
+    config asks for BTF (pahole.py; Kconfig reads its version, the build runs it)."""
+    return [f"PAHOLE={pahole.ensure()}"] if pahole.wants_btf(variant.config_text()) else []
+
+
+def configure(variant: Variant, src: Path, out: Path, log: Path, extra: list[str]) -> None:
+    """The variant's .config in `out`; `extra`: make_vars(variant)."""
     out.mkdir(parents=True, exist_ok=True)
     fragment = out / "bwlab.config"
     fragment.write_text(variant.config_text())
-    run_logged(["make", "-C", str(src), f"O={out}", "tinyconfig"], log, "make tinyconfig")
+    run_logged(["make", "-C", str(src), f"O={out}", *extra, "tinyconfig"], log, "make tinyconfig")
     run_logged([str(src / "scripts/kconfig/merge_config.sh"), "-m", "-O", str(out),
                  str(out / ".config"), str(fragment)], log, "merge config fragments", cwd=src)  # fmt: skip
-    run_logged(["make", "-C", str(src), f"O={out}", "olddefconfig"], log, "make olddefconfig")
+    run_logged(["make", "-C", str(src), f"O={out}", *extra, "olddefconfig"], log, "make olddefconfig")
     final = (out / ".config").read_text()
     wanted = dict(re.findall(r"^(CONFIG_\w+)=(.*)$", fragment.read_text(), re.MULTILINE))
     missing = [sym for sym in REQUIRED_SYMBOLS if f"\n{sym}=y" not in final]
@@ -371,7 +379,8 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
         start = time.monotonic()
         src = prepare_tree(variant, work, log)
         out = output_dir(src)
-        configure(variant, src, out, log)
+        extra = make_vars(variant)  # once: it may debootstrap pahole's root, and runs pahole
+        configure(variant, src, out, log, extra)
         seed = incremental_seed(variant, (out / ".config").read_text())
         if seed is not None:  # the same configuration, built: start from its objects
             with log.open("a") as fh:
@@ -380,7 +389,7 @@ def build(variant: Variant, jobs: int | None = None) -> KernelImage:
             run_logged(["cp", "-a", str(seed), str(out)], log, "copy the baseline's build output")
         njobs = jobs or os.cpu_count() or 1
         with console.status(f"make -j{njobs} bzImage{' (incremental)' if seed else ''} (log: {log})"):
-            run_logged(["make", "-C", str(src), f"O={out}", f"-j{njobs}", "bzImage"], log,
+            run_logged(["make", "-C", str(src), f"O={out}", *extra, f"-j{njobs}", "bzImage"], log,
                         "kernel build")  # fmt: skip
         release = subprocess.run(["make", "-s", "-C", str(src), f"O={out}", "kernelrelease"],
                                  capture_output=True, text=True, check=False).stdout.strip()  # fmt: skip

@@ -112,14 +112,37 @@ class Diagnosis:
                 "alternatives": [{"runtime": r, "command": c} for r, c in self.alternatives]}  # fmt: skip
 
 
+def burst_cpus(group: LiveGroup, facts: Facts) -> int:
+    """The CPUs the group can run on at once: its quota's CPUs, its threads and the CPUs they
+    may run on bound that."""
+    quota = group.limit.quota_us or 0
+    return max(1, min(facts.cpus, facts.threads or facts.cpus, math.ceil(quota / group.limit.period_us)))
+
+
 def recommended_burst(group: LiveGroup, facts: Facts) -> int | None:
-    """One tick per CPU the group can run on at once (its quota's CPUs, its threads and the
-    CPUs they may run on bound that), within the kernel's rule burst <= quota."""
+    """One tick per CPU the group can run on at once, within the kernel's rule burst <= quota."""
     quota = group.limit.quota_us
     if quota is None:
         return None
-    cpus = max(1, min(facts.cpus, facts.threads or facts.cpus, math.ceil(quota / group.limit.period_us)))
-    return min(quota, facts.tick_us * cpus)
+    return min(quota, facts.tick_us * burst_cpus(group, facts))
+
+
+def burst_clamp(group: LiveGroup, facts: Facts) -> str | None:
+    """Where one tick per CPU is more than the quota (the kernel allows a burst of at most the
+    quota): what the clamped burst still covers, and what would cover the rest. None where it
+    fits."""
+    quota = group.limit.quota_us
+    cpus = burst_cpus(group, facts)
+    want = facts.tick_us * cpus
+    if quota is None or want <= quota:
+        return None
+    fit = quota // facts.tick_us  # CPUs whose tick the quota covers
+    period_ms = math.ceil(want * group.limit.period_us / quota / 1000)  # the same share, quota >= want
+    cpuset = f", a cpuset of at most {n_cpus(fit)}" if fit >= 1 else ""
+    return (f"one tick ({facts.tick_us} us) on each of {n_cpus(cpus)} is {want} us, above the quota {quota} us: "
+            f"a burst of {quota} us (the most the kernel allows) covers {100 * quota // want} % of it; "
+            f"a period of {period_ms} ms at the same CPU share{cpuset}, or the bwlab kernel series would cover "
+            "the rest")  # fmt: skip
 
 
 def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
@@ -204,6 +227,8 @@ def diagnose(group: LiveGroup, analysis: Analysis, facts: Facts) -> Diagnosis:
                                  "make the work smaller"))  # fmt: skip
     if unnecessary and diag.burst_us is None:
         diag.burst_us = recommended_burst(group, facts)
+    if unnecessary and (clamp := burst_clamp(group, facts)) is not None:
+        diag.causes.append(Cause("burst-clamped", "one tick per CPU is more than the quota", clamp))
     if diag.burst_us is not None and diag.burst_us > group.limit.burst_us:
         diag.commands = commands(group, diag.burst_us)
         if group.limit.burst_us > 0:  # it has one, and is throttled through it
@@ -228,9 +253,11 @@ def commands(group: LiveGroup, burst_us: int) -> list[tuple[str, str]]:
         out.append(("docker", f"no flag sets burst: the raw write above (docker update --cpus keeps it only until "
                               f"the container restarts); container {ident.container_id[:12]}"))  # fmt: skip
     if ident.kind == "pod":
-        out.append(("kubernetes", "a pod cannot set burst (KEP open); a node agent can: bwlab tune --watch "
-                                  f"--burst {burst_us} {ident.pod_uid}; or a longer period for every pod with the "
-                                  "kubelet's cpuCFSQuotaPeriod (CustomCPUCFSQuotaPeriod feature gate)"))  # fmt: skip
+        out.append(("kubernetes", "a pod cannot set burst (KEP open); the runtime can: bwlab-nri (nri/, an NRI "
+                                  "plugin for containerd and CRI-O) sets it at creation and keeps resizes safe; or a "
+                                  f"node agent: bwlab tune --watch --burst {burst_us} {ident.pod_uid}; or a longer "
+                                  "period for every pod with the kubelet's cpuCFSQuotaPeriod (CustomCPUCFSQuotaPeriod "
+                                  "feature gate)"))  # fmt: skip
     if ident.kind == "systemd" and ident.unit:
         unit = shlex.quote(ident.unit)
         # a longer period halves nothing at systemd's default of 100 ms: offered only below it

@@ -93,7 +93,7 @@ class Hot:
     interval_s: float
     until: float
     due: float
-    raws: list[tuple[float, bytes, bytes | None]] = field(default_factory=list)
+    raws: list[sampler.Raw] = field(default_factory=list)
     recorder: threads.ThreadRecorder | None = None
     stepper: threads.Stepper | None = None  # when the recorder reads the threads
     allowed: tuple[int, ...] = ()  # the CPUs its threads may run on (cpuset, affinity), read as it heated
@@ -393,10 +393,24 @@ class Watcher:
             nxt = min(nxt, hot.due)
         return nxt
 
+    def analysis_round(self, now: float) -> None:
+        """Every ANALYZE_S: over the budget, every hot group cools now (its samples classified
+        first), not at the next coarse round. A spell that began with a little balance left
+        ran a whole coarse interval (5 s) at a hot group's cost (4-8 % of a CPU here, more for
+        several groups) before a coarse round saw the balance spent: each spell overshot the
+        budget by up to 0.4 CPU-s, and a machine slow for a while ran the first spell deep
+        into debt (the landing CI of 31f023c: 1.97 CPU-s in 120 s against at most 1.7, no
+        period watched after the first 30 s)."""
+        if self.hot and self.budget is not None and self.budget.update() <= 0:
+            for tr in self.hot.values():
+                if tr.hot is not None:
+                    tr.hot.until = min(tr.hot.until, now)
+        self.analyze_hot(now)
+
     def analyze_hot(self, now: float) -> None:
         for path, tr in list(self.hot.items()):
             hot = tr.hot
-            if hot is None or len(hot.raws) < 3:
+            if hot is None:
                 continue
             try:
                 samples = [hot.reader.parse(raw) for raw in hot.raws]
@@ -405,7 +419,7 @@ class Watcher:
                 self._read_failed(path, tr, exc)
                 continue
             edges = [i for i in range(1, len(samples)) if samples[i].nr_periods != samples[i - 1].nr_periods]
-            if len(edges) >= 2:
+            if len(samples) >= 3 and len(edges) >= 2:
                 limit = tr.group.effective
                 cpus = max(1, min(self.facts.ncpu, len(hot.recorder.tids) if hot.recorder else self.facts.ncpu))
                 rec = hot.recorder
@@ -417,7 +431,7 @@ class Watcher:
                 hot.raws = hot.raws[edges[-1] - 1 :]  # the last boundary starts the next analysis
                 if rec is not None:
                     rec.forget_before(samples[edges[-1] - 1].t)
-            if now > hot.until:
+            if now >= hot.until:
                 hot.close()
                 tr.hot = None
                 self.hot.pop(path, None)
@@ -468,7 +482,7 @@ class Watcher:
                 if next_coarse < now:
                     next_coarse = now + self.coarse_every_s
             if now >= next_analysis:
-                self.analyze_hot(now)
+                self.analysis_round(now)
                 next_analysis = now + ANALYZE_S
             nxt = min(self.sample_hot(time.monotonic()), next_coarse, next_analysis)
             delay = nxt - time.monotonic()

@@ -20,6 +20,10 @@ from bwlab.errors import BwlabError
 from bwlab.live.groups import LiveGroup
 from bwlab.periods import Sample
 
+# One read of a group's counters: (monotonic time as it began, cpu.stat, cpuacct.usage or None,
+# monotonic time as it ended); a boundary the read saw lies before its end (Sample.read_end)
+Raw = tuple[float, bytes, bytes | None, float]
+
 
 class NoUsage(BwlabError):
     """A v1 group made in the cpu hierarchy alone: its CPU usage (cpuacct) cannot be read."""
@@ -60,18 +64,19 @@ class Reader:
         self._fds.append(fd)
         return fd
 
-    def read_raw(self) -> tuple[float, bytes, bytes | None]:
-        """(monotonic time, cpu.stat, cpuacct.usage or None) as read: parsing waits (parse())."""
+    def read_raw(self) -> Raw:
+        """(monotonic time, cpu.stat, cpuacct.usage or None, time the read ended) as read:
+        parsing waits (parse())."""
         try:
             t = time.monotonic()
             stat = os.pread(self._stat, 4096, 0)
             usage = os.pread(self._usage, 64, 0) if self._usage is not None else None
         except OSError as exc:  # ENODEV after rmdir
             raise BwlabError(f"cgroup {self.group.path} was removed while watched ({exc.strerror})") from None
-        return t, stat, usage
+        return t, stat, usage, time.monotonic()
 
-    def parse(self, raw: tuple[float, bytes, bytes | None]) -> Sample:
-        t, stat_bytes, usage_bytes = raw
+    def parse(self, raw: Raw) -> Sample:
+        t, stat_bytes, usage_bytes, read_end = raw
         try:
             usage_ns = int(usage_bytes) if usage_bytes is not None else None
         except ValueError:
@@ -85,7 +90,7 @@ class Reader:
             usage = usage_usec
         else:
             raise BwlabError(f"cgroup {self.group.path}: cpu.stat has no usage_usec")
-        return Sample(t, nr_periods, nr_throttled, throttled, usage, nr_bursts, burst)
+        return Sample(t, nr_periods, nr_throttled, throttled, usage, nr_bursts, burst, read_end)
 
     @staticmethod
     def _parse_stat(stat_bytes: bytes) -> tuple[int, int, float, int, float, float | None]:
@@ -272,7 +277,7 @@ def sample(group: LiveGroup, seconds: float, interval_s: float,
     if not 0 < interval_s <= seconds:
         raise BwlabError(f"sampling interval {interval_s * 1000:g} ms must be > 0 and at most the {seconds:g} s")
     reader = Reader(group)
-    raws: list[tuple[float, bytes, bytes | None]] = []
+    raws: list[Raw] = []
     try:
         start = time.monotonic()
         tick = 0

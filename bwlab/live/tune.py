@@ -88,6 +88,25 @@ def set_burst(group: LiveGroup, value_us: int) -> tuple[int, int]:
     return old, value_us
 
 
+# who writes a group's quota, by what its path says it is (identity.py)
+OWNERS = {"container": "its container runtime (runc update, docker update, a pod's in-place resize)",
+          "pod": "the kubelet (a pod's in-place resize)", "systemd": "systemd (CPUQuota=)",
+          "cgroup": "whoever sets its quota"}  # fmt: skip
+
+
+def quota_floor(group: LiveGroup, burst_us: int) -> str | None:
+    """What a burst costs the group's owner: the kernel refuses a quota below the burst (EINVAL,
+    the quota stays as it was), so a resize below it fails until the burst is lowered first.
+    None for no burst."""
+    if burst_us <= 0:
+        return None
+    owner = OWNERS.get(group.identity.kind, OWNERS["cgroup"])
+    return (f"while its burst is {burst_us} us the kernel refuses a quota below {burst_us} us for {group.path} "
+            f"(EINVAL; the quota stays): a lower one from {owner} fails. Safe: bwlab-nri (nri/) lowers the burst "
+            f"before the runtime writes a lower quota; by hand, lower the burst first "
+            f"(bwlab tune {group.path} --burst 0, or --revert)")  # fmt: skip
+
+
 def revert(group: LiveGroup) -> tuple[int, int]:
     """Write back the burst the first tune found: (value replaced, value restored)."""
     state = _state(group)

@@ -34,8 +34,11 @@ echo "equal_cpu_max $(cat $E/cpu.max)"
 sleep 1
 echo "equal $($B doctor bwlab-equal.service --seconds 4 --json - --no-predict | pick)"
 # (what the burst does to its throttling: docs/live.md, measured apart; not in this test's time)
-$B tune bwlab-equal.service --burst auto > /dev/null
+$B tune bwlab-equal.service --burst auto > /dev/null 2> /tmp/tune.err
 echo "equal_burst $(cat $E/cpu.max.burst)"
+# the floor the burst sets, and who it binds: systemd's next CPUQuota= below it is refused
+note=$(tr '\n' ' ' < /tmp/tune.err)
+echo "equal_floor $(echo "$note" | grep -o 'refuses a quota below [0-9]* us') $(echo "$note" | grep -o 'from systemd (CPUQuota=)')"
 systemctl stop bwlab-equal
 # the command's stderr and exit status come back from systemd's service as from bwlab's init
 echo "to stderr" >&2

@@ -1,0 +1,604 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * scx_bwlab: cpu.max enforced by a sched_ext scheduler, without throttling a group whose
+ * demand fits its quota.
+ *
+ * Under sched_ext the kernel's CFS bandwidth code does not run: cpu.max reaches the BPF
+ * scheduler through ops.cgroup_init's arguments and ops.cgroup_set_bandwidth (7.3: 6.17 and
+ * later), and the scheduler enforces it or nothing does (cpu.stat's throttle counters stay 0).
+ *
+ * Scheduling. One shared queue of runnable tasks, ordered by virtual time: a task's vtime
+ * advances by what it ran scaled by the inverse of its weight, and a task that slept comes
+ * back at most one slice behind the queue's front. A wakeup that finds an idle CPU goes
+ * straight to it. (Weights between cgroups are not compounded as scx_flatcg does: a later
+ * step.)
+ *
+ * Bandwidth. Every cgroup with a quota keeps an account on a grid of its own period (the
+ * user's period, not rescaled), started when the quota was set:
+ *  - charge: a task's CPU time (p->se.sum_exec_runtime: the clock CFS charges) is charged at
+ *    each tick and when the task stops, to its cgroup and to every ancestor with a quota. The
+ *    run is cut at every period boundary in it: each period pays for what ran in it and
+ *    nothing else. So a group whose threads fill the CPUs its quota buys (demand == quota)
+ *    never owes more than its quota in a period, however late a tick or the timer (up to a
+ *    tick at HZ=100 late, on every CPU at once: LATE_TICK_NS).
+ *  - refill: at each boundary (by the period timer or by a charge that crosses it, whichever
+ *    comes first) the account gets the quota plus what the closed period left, at most the
+ *    burst (cpu.max.burst); an overrun carries as debt, at most one quota. A charge for
+ *    closed periods that comes after their refill (a CPU whose tick came later) first uses
+ *    what they left and did not carry; only the rest is debt.
+ *  - throttle: an account at or below zero throttles its cgroup. Its tasks are parked on the
+ *    cgroup's own queue as they are enqueued or met on the shared queue, and a running one is
+ *    stopped at its next tick: at most a tick of overrun per CPU, paid back as debt.
+ *  - unthrottle: the period timer (CLOCK_MONOTONIC, absolute expiries on the grid) moves the
+ *    parked tasks back to the shared queue and kicks idle CPUs.
+ * Per cgroup counters (periods, throttled periods and time, bursts, usage) live in the
+ * accounts map, which the loader prints: cpu.stat's own stay frozen under sched_ext.
+ *
+ * Locking: an account's fields are under its bpf_spin_lock, except `throttled`, read without
+ * it on the enqueue and dispatch paths: a stale read runs a task a tick too long (its next
+ * tick stops it) or parks it just after its group was released (the next expiry releases it:
+ * up to a period late; the expiry after a limit is removed releases whatever is left).
+ */
+#include <scx/common.bpf.h>
+#include "scx_bwlab.h"
+
+char _license[] SEC("license") = "GPL";
+
+#define SHARED_DSQ 0
+#define MAX_LEVELS 16 /* cgroup depth walked for quotas */
+#define MAX_SCAN 64 /* shared-queue tasks looked at per dispatch */
+
+const volatile u64 slice_ns = 5000000ULL; /* set by the loader */
+const volatile u32 nr_cpus = 1; /* set by the loader */
+
+static u64 vtime_now;
+UEI_DEFINE(uei);
+
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 16384);
+	__type(key, u64);
+	__type(value, struct account);
+} accounts SEC(".maps");
+
+struct task_ctx {
+	u64 cgid; /* the task's cgroup (cpu controller) */
+	u64 charged; /* sum_exec_runtime charged so far */
+	u64 charged_at; /* when, bpf_ktime_get_ns() */
+	u64 ran_from; /* sum_exec_runtime when it last started running (vtime) */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
+	__uint(map_flags, BPF_F_NO_PREALLOC);
+	__type(key, int);
+	__type(value, struct task_ctx);
+} task_ctxs SEC(".maps");
+
+static __always_inline s64 min_s64(s64 a, s64 b)
+{
+	return a < b ? a : b;
+}
+
+#define MAX_ROLLS 8 /* boundaries one charge splits at; more are skipped whole */
+#define LATE_TICK_NS 10000000ULL /* a tick at HZ=100: the most a charge comes after its run */
+
+/*
+ * The boundary at a->end has passed: count the closed period and refill (lock held). The
+ * quota plus what the period left, at most the burst; an overrun carries as debt, at most one
+ * quota (a debt of many quotas, the overrun of many CPUs' ticks against a small quota, would
+ * hold the group's tasks past the sched_ext watchdog). What the period left and did not carry
+ * is kept for charges of its runs that come after this refill (closed_left), up to what late
+ * ticks on every CPU can bring.
+ */
+static __always_inline void roll_one(struct account *a)
+{
+	s64 carry = min_s64(a->runtime, (s64)a->burst_ns);
+	s64 cap = (s64)(nr_cpus * LATE_TICK_NS);
+
+	if (carry < -(s64)a->quota_ns)
+		carry = -(s64)a->quota_ns;
+	if (a->used || a->throttled)
+		a->nr_periods++;
+	if (a->used > a->quota_ns) {
+		a->nr_bursts++;
+		a->burst_time_ns += a->used - a->quota_ns;
+	}
+	if (a->runtime > carry)
+		a->closed_left += a->runtime - carry;
+	if (a->closed_left > cap)
+		a->closed_left = cap;
+	a->runtime = (s64)a->quota_ns + carry;
+	a->used = 0;
+	a->counted = 0;
+	a->start = a->end;
+	a->end += a->period_ns;
+	if (a->throttled && a->runtime > 0) {
+		a->throttled = 0;
+		if (a->start > a->throttled_at)
+			a->throttled_ns += a->start - a->throttled_at;
+	} else if (a->throttled) {
+		/* still in debt: this period is throttled from its start */
+		a->counted = 1;
+		a->nr_throttled++;
+	}
+}
+
+/* After MAX_ROLLS boundaries in one charge: the periods between were idle, skipped whole. */
+static __always_inline void skip_idle(struct account *a, u64 now)
+{
+	u64 skip;
+
+	if (now < a->end)
+		return;
+	roll_one(a); /* an idle period: the account is full after it */
+	if (now < a->end)
+		return;
+	skip = (now - a->end) / a->period_ns + 1;
+	a->end += skip * a->period_ns;
+	a->start = a->end - a->period_ns;
+	a->closed_left = 0;
+}
+
+static __always_inline void debit(struct account *a, u64 ns, u64 now)
+{
+	a->runtime -= (s64)ns;
+	a->used += ns;
+	a->usage_ns += ns;
+	if (a->runtime <= 0 && !a->throttled) {
+		a->throttled = 1;
+		a->throttled_at = now;
+		if (!a->counted) {
+			a->counted = 1;
+			a->nr_throttled++;
+		}
+	}
+}
+
+/*
+ * Charge `delta` ns of CPU time, run over [from, now] (the task on its CPU all along), to an
+ * account with a quota; whether it is throttled after. The run is cut at every boundary in
+ * it: each part is charged to the period it ran in.
+ */
+static bool charge_account(struct account *a, u64 delta, u64 from, u64 now)
+{
+	bool throttled;
+	int i;
+
+	bpf_spin_lock(&a->lock);
+	if (a->quota_ns == NO_LIMIT || !a->period_ns) {
+		bpf_spin_unlock(&a->lock);
+		return false;
+	}
+	/* boundaries the timer has not reached: the part before each is that period's, and
+	 * the period ran to its end unstopped: no throttle is counted at its close */
+	for (i = 0; i < MAX_ROLLS; i++) {
+		u64 after, before;
+
+		if (now < a->end)
+			break;
+		after = now - a->end;
+		before = delta > after ? delta - after : 0;
+		a->runtime -= (s64)before;
+		a->used += before;
+		a->usage_ns += before;
+		delta -= before;
+		roll_one(a);
+	}
+	skip_idle(a, now);
+	if (from < a->start) {
+		/* began before the last boundary, charged after its refill: the part before it
+		 * comes out of what the closed periods left; only the rest is debt */
+		u64 after = now > a->start ? now - a->start : 0;
+		u64 before = delta > after ? delta - after : 0;
+		u64 take = before < (u64)a->closed_left ? before : (u64)a->closed_left;
+
+		a->closed_left -= (s64)take;
+		a->usage_ns += before;
+		a->runtime -= (s64)(before - take);
+		delta -= before;
+	}
+	debit(a, delta, now);
+	throttled = a->throttled;
+	bpf_spin_unlock(&a->lock);
+	return throttled;
+}
+
+/*
+ * The cgroup whose quota holds a task of `cgrp` back (the outermost throttled one with a
+ * quota on its path from the root), or 0.
+ */
+/* The id of `cgrp`'s ancestor at `lvl` (its own at its level), or 0 past it. */
+static u64 ancestor_id(struct cgroup *cgrp, u32 lvl)
+{
+	struct cgroup *anc;
+	u64 id;
+
+	if (lvl > cgrp->level)
+		return 0;
+	anc = bpf_cgroup_ancestor(cgrp, lvl);
+	if (!anc)
+		return 0;
+	id = anc->kn->id;
+	bpf_cgroup_release(anc);
+	return id;
+}
+
+static u64 throttled_on_path(struct cgroup *cgrp)
+{
+	u32 lvl;
+
+	bpf_for(lvl, 1, MAX_LEVELS) {
+		u64 id = ancestor_id(cgrp, lvl);
+		struct account *a;
+
+		if (!id)
+			break;
+		a = bpf_map_lookup_elem(&accounts, &id);
+		if (a && READ_ONCE(a->throttled))
+			return id;
+	}
+	return 0;
+}
+
+static u64 throttled_for_task(struct task_struct *p)
+{
+	struct cgroup *cgrp = scx_bpf_task_cgroup(p);
+	u64 id;
+
+	if (!cgrp)
+		return 0;
+	id = throttled_on_path(cgrp);
+	bpf_cgroup_release(cgrp);
+	return id;
+}
+
+static u64 throttled_for_cgid(u64 cgid)
+{
+	struct cgroup *cgrp = bpf_cgroup_from_id(cgid);
+	u64 id;
+
+	if (!cgrp)
+		return 0;
+	id = throttled_on_path(cgrp);
+	bpf_cgroup_release(cgrp);
+	return id;
+}
+
+/* Charge what p ran since it was last charged; whether a quota on its path is exhausted. */
+static bool charge(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u64 sum = p->se.sum_exec_runtime;
+	u64 delta = sum > tctx->charged ? sum - tctx->charged : 0;
+	u64 from = tctx->charged_at;
+	struct cgroup *cgrp;
+	bool throttled = false;
+	u32 lvl;
+
+	tctx->charged = sum;
+	tctx->charged_at = now;
+	if (!delta)
+		return false;
+	cgrp = scx_bpf_task_cgroup(p);
+	if (!cgrp)
+		return false;
+	bpf_for(lvl, 1, MAX_LEVELS) {
+		u64 id = ancestor_id(cgrp, lvl);
+		struct account *a;
+
+		if (!id)
+			break;
+		a = bpf_map_lookup_elem(&accounts, &id);
+		if (a && charge_account(a, delta, from, now))
+			throttled = true;
+	}
+	bpf_cgroup_release(cgrp);
+	return throttled;
+}
+
+static void kick_idle_cpus(void)
+{
+	s32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+/* Parked tasks of `cgid` back to the shared queue (from a context without an rq lock). */
+static void release_parked(u64 cgid)
+{
+	struct task_struct *p;
+
+	if (scx_bpf_dsq_nr_queued(cgid) <= 0)
+		return;
+	bpf_for_each(scx_dsq, p, cgid, 0)
+		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+	kick_idle_cpus();
+}
+
+static int period_timer_fn(void *map, u64 *key, struct account *a)
+{
+	u64 now = bpf_ktime_get_ns();
+	bool limited, throttled;
+	long err;
+	u64 next;
+	int i;
+
+	bpf_spin_lock(&a->lock);
+	limited = a->quota_ns != NO_LIMIT && a->period_ns;
+	for (i = 0; limited && i < MAX_ROLLS && now >= a->end; i++)
+		roll_one(a);
+	if (limited)
+		skip_idle(a, now);
+	throttled = limited && a->throttled;
+	next = a->end;
+	bpf_spin_unlock(&a->lock);
+	/* also without a limit (its last expiry): a task an enqueue parked while the limit was
+	 * being removed comes back */
+	if (!throttled)
+		release_parked(*key);
+	if (!limited)
+		return 0;
+	err = bpf_timer_start(&a->timer, next, BPF_F_TIMER_ABS);
+	/* -EINVAL, -ENOENT: the account is being freed (its cgroup removed): nothing to re-arm */
+	if (err && err != -EINVAL && err != -ENOENT)
+		scx_bpf_error("cannot re-arm the period timer of cgroup %llu (%ld)", *key, err);
+	return 0;
+}
+
+/* A quota (or none) set on an account: a fresh grid from now (lock not held). */
+static void set_limit(struct account *a, u64 period_us, u64 quota_us, u64 burst_us)
+{
+	u64 now = bpf_ktime_get_ns();
+	bool limited = quota_us != NO_LIMIT && period_us;
+
+	bpf_spin_lock(&a->lock);
+	if (a->throttled && now > a->throttled_at)
+		a->throttled_ns += now - a->throttled_at;
+	a->throttled = 0;
+	a->counted = 0;
+	a->period_ns = period_us * 1000;
+	a->quota_ns = limited ? quota_us * 1000 : NO_LIMIT;
+	a->burst_ns = burst_us * 1000;
+	a->runtime = limited ? (s64)a->quota_ns : 0;
+	a->closed_left = 0;
+	a->used = 0;
+	a->start = now;
+	a->end = now + (a->period_ns ? a->period_ns : 100000000ULL);
+	bpf_spin_unlock(&a->lock);
+	/* Without a limit the timer fires once more and does not re-arm: a task an enqueue parked
+	 * while the limit was being removed is released then (a cancel would also drop the timer's
+	 * callback, bpf_timer_cancel, and no start would work again). A timer that does not start
+	 * would strand parked tasks: the scheduler exits instead (every task back to CFS). */
+	if (bpf_timer_start(&a->timer, a->end, BPF_F_TIMER_ABS))
+		scx_bpf_error("cannot start the period timer of cgroup %llu", a->cgid);
+}
+
+s32 BPF_STRUCT_OPS(bwlab_select_cpu, struct task_struct *p, s32 prev_cpu, u64 wake_flags)
+{
+	bool is_idle = false;
+	s32 cpu;
+
+	cpu = scx_bpf_select_cpu_dfl(p, prev_cpu, wake_flags, &is_idle);
+	if (is_idle && !throttled_for_task(p))
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, 0);
+	return cpu;
+}
+
+void BPF_STRUCT_OPS(bwlab_enqueue, struct task_struct *p, u64 enq_flags)
+{
+	u64 vtime = p->scx.dsq_vtime;
+	u64 park = 0;
+	s32 cpu;
+
+	/* an exiting task is never held: it frees what it holds */
+	if (!(p->flags & PF_EXITING))
+		park = throttled_for_task(p);
+	if (park) {
+		scx_bpf_dsq_insert(p, park, slice_ns, enq_flags);
+		return;
+	}
+	/* the last runnable task of its CPU (SCX_OPS_ENQ_LAST), not throttled: it runs on; in the
+	 * shared queue its CPU would go idle until something kicked it */
+	if (enq_flags & SCX_ENQ_LAST) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
+		return;
+	}
+	/* a task that can run on one CPU only (a per-CPU kthread) goes to that CPU's queue */
+	if (p->nr_cpus_allowed == 1) {
+		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags);
+		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
+		return;
+	}
+	if (time_before(vtime, vtime_now - slice_ns))
+		vtime = vtime_now - slice_ns;
+	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, slice_ns, vtime, enq_flags);
+	/* an idle CPU that may run it takes it now, not at its next wakeup */
+	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
+	if (cpu >= 0)
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+}
+
+void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
+{
+	struct task_struct *p;
+	bool parked = false;
+	u32 scanned = 0;
+
+	/* the first task of the shared queue that may run here; tasks of throttled cgroups met
+	 * on the way are parked */
+	bpf_for_each(scx_dsq, p, SHARED_DSQ, 0) {
+		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+		u64 park = 0;
+
+		if (tctx && !(p->flags & PF_EXITING))
+			park = throttled_for_cgid(tctx->cgid);
+		if (park) {
+			/* not counted: a throttled group's many tasks must not hide the others */
+			scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, park, 0);
+			parked = true;
+			continue;
+		}
+		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
+		    scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0))
+			return;
+		if (++scanned >= MAX_SCAN)
+			break;
+	}
+	/* nothing moved here, and the kernel retries a dispatch only after one that did: look
+	 * again (the tasks this one parked are out of the way) */
+	if (parked && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
+		scx_bpf_kick_cpu(cpu, 0);
+}
+
+void BPF_STRUCT_OPS(bwlab_running, struct task_struct *p)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+
+	if (tctx) {
+		tctx->charged = p->se.sum_exec_runtime;
+		tctx->charged_at = bpf_ktime_get_ns();
+		tctx->ran_from = tctx->charged;
+	}
+	/* racy across CPUs, as scx_simple's: an error is small and passes */
+	if (time_before(vtime_now, p->scx.dsq_vtime))
+		vtime_now = p->scx.dsq_vtime;
+}
+
+void BPF_STRUCT_OPS(bwlab_tick, struct task_struct *p)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+
+	if (tctx && charge(p, tctx) && !(p->flags & PF_EXITING))
+		scx_bpf_task_set_slice(p, 0); /* throttled: off the CPU, parked at enqueue */
+}
+
+void BPF_STRUCT_OPS(bwlab_stopping, struct task_struct *p, bool runnable)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+	u64 ran;
+
+	if (!tctx)
+		return;
+	charge(p, tctx);
+	ran = p->se.sum_exec_runtime - tctx->ran_from;
+	scx_bpf_task_set_dsq_vtime(p, p->scx.dsq_vtime + scale_by_task_weight_inverse(p, ran));
+}
+
+void BPF_STRUCT_OPS(bwlab_enable, struct task_struct *p)
+{
+	scx_bpf_task_set_dsq_vtime(p, vtime_now);
+}
+
+s32 BPF_STRUCT_OPS(bwlab_init_task, struct task_struct *p, struct scx_init_task_args *args)
+{
+	struct task_ctx *tctx;
+
+	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
+	if (!tctx)
+		return -ENOMEM;
+	tctx->cgid = args->cgroup ? args->cgroup->kn->id : 0;
+	tctx->charged = p->se.sum_exec_runtime;
+	tctx->charged_at = bpf_ktime_get_ns();
+	tctx->ran_from = tctx->charged;
+	return 0;
+}
+
+void BPF_STRUCT_OPS(bwlab_cgroup_move, struct task_struct *p, struct cgroup *from, struct cgroup *to)
+{
+	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+
+	if (tctx)
+		tctx->cgid = to->kn->id;
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)
+{
+	struct account init = {}, *a;
+	u64 cgid = cgrp->kn->id;
+	s32 ret;
+
+	ret = scx_bpf_create_dsq(cgid, -1); /* where its tasks wait while it is throttled */
+	if (ret) {
+		scx_bpf_error("cannot create the DSQ of cgroup %llu (%d)", cgid, ret);
+		return ret;
+	}
+	init.cgid = cgid;
+	init.quota_ns = NO_LIMIT;
+	ret = bpf_map_update_elem(&accounts, &cgid, &init, BPF_NOEXIST);
+	if (ret)
+		goto err;
+	a = bpf_map_lookup_elem(&accounts, &cgid);
+	if (!a) {
+		ret = -ENOENT;
+		goto err;
+	}
+	ret = bpf_timer_init(&a->timer, &accounts, CLOCK_MONOTONIC);
+	if (ret)
+		goto err_del;
+	ret = bpf_timer_set_callback(&a->timer, period_timer_fn);
+	if (ret)
+		goto err_del;
+	if (bpf_core_field_exists(args->bw_quota_us))
+		set_limit(a, args->bw_period_us, args->bw_quota_us, args->bw_burst_us);
+	return 0;
+err_del:
+	bpf_map_delete_elem(&accounts, &cgid);
+err:
+	scx_bpf_destroy_dsq(cgid);
+	return ret;
+}
+
+void BPF_STRUCT_OPS(bwlab_cgroup_exit, struct cgroup *cgrp)
+{
+	u64 cgid = cgrp->kn->id;
+
+	bpf_map_delete_elem(&accounts, &cgid); /* cancels its timer */
+	scx_bpf_destroy_dsq(cgid);
+}
+
+void BPF_STRUCT_OPS(bwlab_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_us, u64 quota_us, u64 burst_us)
+{
+	u64 cgid = cgrp->kn->id;
+	struct account *a = bpf_map_lookup_elem(&accounts, &cgid);
+
+	if (!a)
+		return;
+	set_limit(a, period_us, quota_us, burst_us);
+	release_parked(cgid); /* a fresh period, or no limit: nothing waits */
+}
+
+s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_init)
+{
+	s32 ret = scx_bpf_create_dsq(SHARED_DSQ, -1);
+
+	if (ret)
+		scx_bpf_error("cannot create the shared DSQ (%d)", ret);
+	return ret;
+}
+
+void BPF_STRUCT_OPS(bwlab_exit, struct scx_exit_info *ei)
+{
+	UEI_RECORD(uei, ei);
+}
+
+SCX_OPS_DEFINE(bwlab_ops,
+	       .select_cpu = (void *)bwlab_select_cpu,
+	       .enqueue = (void *)bwlab_enqueue,
+	       .dispatch = (void *)bwlab_dispatch,
+	       .running = (void *)bwlab_running,
+	       .tick = (void *)bwlab_tick,
+	       .stopping = (void *)bwlab_stopping,
+	       .enable = (void *)bwlab_enable,
+	       .init_task = (void *)bwlab_init_task,
+	       .cgroup_init = (void *)bwlab_cgroup_init,
+	       .cgroup_exit = (void *)bwlab_cgroup_exit,
+	       .cgroup_move = (void *)bwlab_cgroup_move,
+	       .cgroup_set_bandwidth = (void *)bwlab_cgroup_set_bandwidth,
+	       .init = (void *)bwlab_init,
+	       .exit = (void *)bwlab_exit,
+	       /* prev with nothing else to run comes back through enqueue (else the kernel
+		* refills its slice, throttled or not); exiting tasks too */
+	       .flags = SCX_OPS_ENQ_LAST | SCX_OPS_ENQ_EXITING,
+	       .name = "bwlab");

@@ -1,0 +1,235 @@
+/* SPDX-License-Identifier: GPL-2.0 */
+/*
+ * scx_bwlab's loader: checks that the kernel hands cpu.max to sched_ext schedulers, loads
+ * the scheduler, and writes each cgroup's bandwidth counters (cpu.stat's, which stay frozen
+ * under sched_ext) as JSON until stopped. Stopped (SIGINT, SIGTERM) or ejected, every task
+ * goes back to CFS, whose bandwidth control applies the same cpu.max again.
+ */
+#include <errno.h>
+#include <inttypes.h>
+#include <libgen.h>
+#include <signal.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+#include <unistd.h>
+#include <bpf/bpf.h>
+#include <scx/common.h>
+#include "scx_bwlab.h"
+#include "scx_bwlab.bpf.skel.h"
+
+static const char help_fmt[] =
+	"scx_bwlab: cpu.max enforced without throttling a group whose demand fits its quota.\n"
+	"\n"
+	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-p] [-v]\n"
+	"\n"
+	"  -s SLICE_US  slice of each run, 100..100000 us (default 5000)\n"
+	"  -o FILE      write the cgroups' counters there (JSON), every interval and at exit\n"
+	"               (default: standard output at exit only)\n"
+	"  -i MS        the interval of -o, 10..60000 ms (default 1000)\n"
+	"  -p           on a kernel that does not hand cpu.max to sched_ext (before 6.17),\n"
+	"               schedule only SCHED_EXT tasks and leave the rest to CFS (default: refuse)\n"
+	"  -v           libbpf's debug messages\n"
+	"  -h           this help\n";
+
+static bool verbose;
+static volatile sig_atomic_t exit_req;
+
+static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va_list args)
+{
+	if (level == LIBBPF_DEBUG && !verbose)
+		return 0;
+	return vfprintf(stderr, format, args);
+}
+
+static void on_signal(int sig)
+{
+	(void)sig;
+	exit_req = 1;
+}
+
+/* A number in [lo, hi] from an option's text, or exit with a one-line error. */
+static unsigned long number(const char *opt, const char *text, unsigned long lo, unsigned long hi)
+{
+	char *end;
+	unsigned long v;
+
+	errno = 0;
+	v = strtoul(text, &end, 10);
+	if (errno || end == text || *end || text[0] == '-' || v < lo || v > hi) {
+		fprintf(stderr, "scx_bwlab: %s %s: expected a whole number in %lu..%lu\n", opt, text, lo, hi);
+		exit(2);
+	}
+	return v;
+}
+
+static void write_account(FILE *f, const struct account *a, bool first)
+{
+	fprintf(f, "%s\n    {\"cgid\": %" PRIu64 ", \"period_us\": %" PRIu64 ", \"quota_us\": ", first ? "" : ",",
+		(uint64_t)a->cgid, (uint64_t)(a->period_ns / 1000));
+	if (a->quota_ns == NO_LIMIT)
+		fprintf(f, "null");
+	else
+		fprintf(f, "%" PRIu64, (uint64_t)(a->quota_ns / 1000));
+	fprintf(f,
+		", \"burst_us\": %" PRIu64 ", \"nr_periods\": %" PRIu64 ", \"nr_throttled\": %" PRIu64
+		", \"throttled_usec\": %" PRIu64 ", \"nr_bursts\": %" PRIu64 ", \"burst_usec\": %" PRIu64
+		", \"usage_usec\": %" PRIu64 ", \"throttled\": %s}",
+		(uint64_t)(a->burst_ns / 1000), (uint64_t)a->nr_periods, (uint64_t)a->nr_throttled,
+		(uint64_t)(a->throttled_ns / 1000), (uint64_t)a->nr_bursts, (uint64_t)(a->burst_time_ns / 1000),
+		(uint64_t)(a->usage_ns / 1000), a->throttled ? "true" : "false");
+}
+
+/* Every cgroup that has or had a quota, as JSON. */
+static void write_stats(int fd, FILE *f, const char *state)
+{
+	__u64 key, next, *prev = NULL;
+	struct account a;
+	bool first = true;
+	struct timespec now;
+
+	clock_gettime(CLOCK_MONOTONIC, &now);
+	fprintf(f, "{\"scheduler\": \"bwlab\", \"state\": \"%s\", \"monotonic_s\": %.6f, \"cgroups\": [", state,
+		now.tv_sec + now.tv_nsec / 1e9);
+	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
+		key = next;
+		prev = &key;
+		if (bpf_map_lookup_elem(fd, &key, &a))
+			continue; /* removed since */
+		if (a.quota_ns == NO_LIMIT && !a.usage_ns && !a.nr_periods)
+			continue;
+		write_account(f, &a, first);
+		first = false;
+	}
+	fprintf(f, "%s]}\n", first ? "" : "\n  ");
+}
+
+/* The stats to `path`, whole or not at all: written beside it, then renamed over it. */
+static int save_stats(int fd, const char *path, const char *state)
+{
+	char tmp[4096];
+	FILE *f;
+
+	if (snprintf(tmp, sizeof(tmp), "%s.tmp", path) >= (int)sizeof(tmp))
+		return -ENAMETOOLONG;
+	f = fopen(tmp, "w");
+	if (!f)
+		return -errno;
+	write_stats(fd, f, state);
+	if (ferror(f) | fclose(f) || rename(tmp, path)) {
+		int err = -errno;
+
+		unlink(tmp);
+		return err;
+	}
+	return 0;
+}
+
+int main(int argc, char **argv)
+{
+	unsigned long slice_us = 5000, interval_ms = 1000;
+	const char *out = NULL;
+	bool partial = false, ejected, failed = false;
+	struct scx_bwlab *skel;
+	struct bpf_link *link;
+	struct timespec pause;
+	__u64 ecode;
+	int opt, fd, err, ncpus;
+
+	while ((opt = getopt(argc, argv, "s:o:i:pvh")) != -1) {
+		switch (opt) {
+		case 's':
+			slice_us = number("-s", optarg, 100, 100000);
+			break;
+		case 'o':
+			out = optarg;
+			break;
+		case 'i':
+			interval_ms = number("-i", optarg, 10, 60000);
+			break;
+		case 'p':
+			partial = true;
+			break;
+		case 'v':
+			verbose = true;
+			break;
+		case 'h':
+			printf(help_fmt, basename(argv[0]));
+			return 0;
+		default:
+			fprintf(stderr, help_fmt, basename(argv[0]));
+			return 2;
+		}
+	}
+	if (optind < argc) {
+		fprintf(stderr, "scx_bwlab: unexpected argument %s (-h: usage)\n", argv[optind]);
+		return 2;
+	}
+	if (access("/sys/kernel/sched_ext/state", R_OK)) {
+		fprintf(stderr, "scx_bwlab: this kernel has no sched_ext (CONFIG_SCHED_CLASS_EXT)\n");
+		return 1;
+	}
+	/* Before opening: SCX_OPS_OPEN drops an op the kernel lacks with only a warning, and a
+	 * scheduler that takes every task without the bandwidth op leaves cpu.max unenforced. */
+	if (!__COMPAT_struct_has_field("sched_ext_ops", "cgroup_set_bandwidth")) {
+		if (!partial) {
+			fprintf(stderr, "scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers "
+					"(no sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups "
+					"with a cpu.max would run unlimited; refusing (-p: SCHED_EXT tasks only)\n");
+			return 1;
+		}
+		fprintf(stderr, "scx_bwlab: no cgroup_set_bandwidth in this kernel: scheduling SCHED_EXT tasks "
+				"only, without their groups' cpu.max; every other task stays on CFS under its "
+				"cpu.max\n");
+	}
+
+	libbpf_set_print(libbpf_print_fn);
+	signal(SIGINT, on_signal);
+	signal(SIGTERM, on_signal);
+
+	ncpus = libbpf_num_possible_cpus();
+	if (ncpus <= 0) {
+		fprintf(stderr, "scx_bwlab: cannot count the possible CPUs (%d)\n", ncpus);
+		return 1;
+	}
+	skel = SCX_OPS_OPEN(bwlab_ops, scx_bwlab);
+	skel->rodata->slice_ns = slice_us * 1000;
+	skel->rodata->nr_cpus = ncpus;
+	if (partial)
+		skel->struct_ops.bwlab_ops->flags |= SCX_OPS_SWITCH_PARTIAL;
+	SCX_OPS_LOAD(skel, bwlab_ops, scx_bwlab, uei);
+	link = SCX_OPS_ATTACH(skel, bwlab_ops, scx_bwlab);
+	fd = bpf_map__fd(skel->maps.accounts);
+	fprintf(stderr, "scx_bwlab: loaded (slice %lu us)\n", slice_us);
+
+	pause.tv_sec = interval_ms / 1000;
+	pause.tv_nsec = (interval_ms % 1000) * 1000000L;
+	while (!exit_req && !UEI_EXITED(skel, uei)) {
+		if (out && (err = save_stats(fd, out, "running"))) {
+			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", out, strerror(-err));
+			failed = true;
+			exit_req = 1;
+			break;
+		}
+		nanosleep(&pause, NULL);
+	}
+
+	ejected = !exit_req; /* the scheduler left by itself */
+	/* the counters as the scheduler leaves (before the link goes: the maps are its) */
+	if (out) {
+		err = save_stats(fd, out, "stopped");
+		if (err) {
+			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", out, strerror(-err));
+			failed = true;
+		}
+	} else {
+		write_stats(fd, stdout, "stopped");
+	}
+	bpf_link__destroy(link);
+	ecode = UEI_REPORT(skel, uei);
+	scx_bwlab__destroy(skel);
+	/* stopped by a signal: 0; ejected (an error, the watchdog, sysrq-S) or stats not written: 1 */
+	(void)ecode;
+	return ejected || failed ? 1 : 0;
+}

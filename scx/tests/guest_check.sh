@@ -1,0 +1,52 @@
+#!/bin/bash
+# scx_bwlab's real check, run inside a lab guest with sched_ext (tests/test_scx_real.py):
+#   guest_check.sh LOADER SPIN SECONDS
+# In a cgroup v2 group, with the scheduler loaded: demand == quota (a busy thread per CPU
+# under a quota of every CPU), then twice the quota (the same threads under half of it), each
+# for SECONDS; then the scheduler stopped and the same group under CFS again. Prints one
+# "scx-check {json}" line per step; the test asserts on them.
+set -u
+loader=$1 spin=$2 seconds=$3
+cg=/sys/fs/cgroup
+grep -q "^cgroup2 $cg " /proc/mounts || mount -t cgroup2 none $cg
+echo +cpu > $cg/cgroup.subtree_control
+g=$cg/scx-check
+mkdir $g
+ncpu=$(nproc)
+out=$(mktemp -d)
+pid=
+cleanup() {
+  [ -n "$pid" ] && kill -INT "$pid" 2>/dev/null && wait "$pid"
+  for p in $(cat $g/cgroup.procs 2>/dev/null); do kill -9 "$p" 2>/dev/null; done
+  sleep 0.2; rmdir $g 2>/dev/null; rm -rf "$out"
+}
+trap cleanup EXIT
+report() { echo "scx-check $1"; }
+stat_of() { awk -v k="$1" '$1 == k {print $2}' $g/cpu.stat; }
+# the group's counters in the scheduler's stats file, as one JSON object
+counters() {
+  python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps(next((c for c in d["cgroups"] if c["cgid"] == int(sys.argv[2])), {})))' \
+    "$out/stats.json" "$(stat -c %i $g)"
+}
+in_group() { (echo $BASHPID > $g/cgroup.procs; exec "$spin" -t "$ncpu" -d "$1" -p 2000 >/dev/null); }
+
+"$loader" -o "$out/stats.json" -i 100 2>"$out/loader.log" & pid=$!
+for _ in $(seq 100); do
+  [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] && [ -s "$out/stats.json" ] && break
+  sleep 0.1
+done
+report "{\"step\": \"loaded\", \"state\": \"$(cat /sys/kernel/sched_ext/state)\", \"ops\": \"$(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)\"}"
+for step in at-quota twice-the-quota; do
+  quota=$((ncpu * 100000)); [ $step = twice-the-quota ] && quota=$((ncpu * 50000))
+  echo "$quota 100000" > $g/cpu.max
+  sleep 0.3  # the scheduler's stats file rewritten after the write
+  before=$(counters) cfs0=$(stat_of nr_throttled)
+  in_group "$seconds"
+  sleep 0.3
+  after=$(counters) cfs1=$(stat_of nr_throttled)
+  report "{\"step\": \"$step\", \"quota_us\": $quota, \"threads\": $ncpu, \"before\": $before, \"after\": $after, \"cpustat_nr_throttled\": $((cfs1 - cfs0))}"
+done
+kill -INT $pid; wait $pid; rc=$?; pid=
+report "{\"step\": \"stopped\", \"rc\": $rc, \"state\": \"$(cat /sys/kernel/sched_ext/state)\", \"log\": $(tail -3 "$out/loader.log" | python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))')}"
+cfs0=$(stat_of nr_throttled); in_group 2; cfs1=$(stat_of nr_throttled)
+report "{\"step\": \"cfs-after\", \"cpu_max\": \"$(cat $g/cpu.max)\", \"cpustat_nr_throttled\": $((cfs1 - cfs0))}"

@@ -1,0 +1,3 @@
+module fanout
+
+go 1.26
