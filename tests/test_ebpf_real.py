@@ -91,6 +91,7 @@ def throttled_periods(doc: dict[str, object]) -> list[dict[str, object]]:
     return [p for p in periods if p["throttled"] and p["periods"] == 1]
 
 
+RUNS = 4  # traced runs of a case at most, until it has 30 throttled periods
 UNTRACED_MAX = 0.03  # of a case's boundaries: 0-5 of ~300 in 40 cases (docs/testing.md)
 
 
@@ -155,33 +156,55 @@ def test_traced_demand_is_what_sysbench_wants() -> None:
     period = 10_000
     for threads, quota_cpus, share, verdict in ((NCPU, NCPU, 1.0, "below"), (NCPU, NCPU / 2, 2.0, "at")):
         quota = round(quota_cpus * period)
-        with running(period, quota, sysbench(threads)) as path:
-            doc = traced_doctor(path, 3)
-        found = throttled_periods(doc)
-        assert len(found) >= 30, (threads, quota_cpus, doc["throttled"])
+        # A sequential sample size, not a second chance: at demand == quota the group throttles
+        # only in periods it overruns, and CPU time the machine takes from it (steal, other
+        # work) leaves it under its quota and unthrottled: 84-145 throttled periods of ~300 in
+        # 20 runs on a quiet machine, 9 in the landing CI of 2026-11-28. Runs of 3 s are traced
+        # until 30 throttled periods (at most RUNS); every run's periods are pooled and asserted.
+        docs, found, why = [], [], []
+        while len(found) < 30 and len(docs) < RUNS:
+            with running(period, quota, sysbench(threads)) as path:
+                before = machine_cpu()
+                doc = traced_doctor(path, 3)
+                busy, steal = (b - a for a, b in zip(before, machine_cpu(), strict=True))
+            rows = doc["per_period"]
+            assert isinstance(rows, list) and rows
+            used = sum(float(r["usage_us"]) for r in rows) / (quota * len(rows))
+            why.append(f"run {len(docs) + 1}: {len(throttled_periods(doc))} throttled of {len(rows)}, "
+                       f"usage {used:.3f} of the quota, machine busy {busy:.2f} s steal {steal:.2f} s")  # fmt: skip
+            docs.append(doc)
+            found += throttled_periods(doc)
+        assert len(found) >= 30, (threads, quota_cpus, why)
         assert all(p["verdict"] == verdict for p in found), [p for p in found if p["verdict"] != verdict][:3]
         # demand over what the threads could run in the period, had nothing stopped them
         shares = [float(p["demand_us"]) / (min(threads, NCPU) * (float(p["end"]) - float(p["start"])) * 1e6)  # type: ignore[arg-type]
                   for p in found]  # fmt: skip
         lengths = [(float(p["end"]) - float(p["start"])) * 1e6 for p in found]  # type: ignore[arg-type]
-        late, untraced = grid_lateness(doc, period)
         off = [round(n) for n in lengths if abs(n - period) > 0.05 * period]
-        # on the grid: a boundary taken from another timer or event would land anywhere in the
-        # period; a late expiry lands after its place (0.25-9.8 ms on this VM, docs/testing.md)
-        assert sum(x <= 0.1 * period for x in late) >= 0.95 * len(late), sorted(late)[-10:]
-        # a boundary whose expiry is not in the trace: none within 9 ms of it, the counters'
-        # sampler late by 2-4 ms there, at about 1 s apart (0-5 of ~300 boundaries a case,
-        # 2026-11-28; no recursion miss counted on the programs; cause not found): doctor
-        # places it by the fitted phase and says so (error_us)
-        assert untraced <= UNTRACED_MAX * (len(late) + untraced), untraced
+        late: list[float] = []
+        untraced = 0
+        for doc in docs:  # each run has its own timer and grid
+            run_late, run_untraced = grid_lateness(doc, period)
+            # on the grid: a boundary taken from another timer or event would land anywhere in
+            # the period; a late expiry lands after its place (0.25-9.8 ms on this VM,
+            # docs/testing.md)
+            assert sum(x <= 0.1 * period for x in run_late) >= 0.95 * len(run_late), sorted(run_late)[-10:]
+            # a boundary whose expiry is not in the trace: none within 9 ms of it, the counters'
+            # sampler late by 2-4 ms there, at about 1 s apart (0-5 of ~300 boundaries a case,
+            # 2026-11-28; no recursion miss counted on the programs; cause not found): doctor
+            # places it by the fitted phase and says so (error_us)
+            assert run_untraced <= UNTRACED_MAX * (len(run_late) + run_untraced), run_untraced
+            late += run_late
+            untraced += run_untraced
         near = sum(abs(d - 1) <= 0.02 for d in shares) / len(shares)
         spread = sorted(shares)[:: max(1, len(shares) // 10)]
         # the quantities the bounds are on, one line per case, for their distribution (docs/testing.md)
         print(
-            f"traced_demand threads={threads} share={share}: throttled {len(found)} of {len(doc['per_period'])}, "
+            f"traced_demand threads={threads} share={share}: {len(docs)} run(s), throttled {len(found)} of "
+            f"{sum(len(d['per_period']) for d in docs)}, "  # type: ignore[arg-type]
             f"off {len(off)}, near {near:.3f}, shares {min(shares):.3f}-{max(shares):.3f}, "
             f"boundaries {len(late)}, untraced {untraced}, late > 0.2 ms {sum(x > 200 for x in late)}, "
-            f"> a tenth {sum(x > 0.1 * period for x in late)}, max late {max(late):.0f} us"
+            f"> a tenth {sum(x > 0.1 * period for x in late)}, max late {max(late):.0f} us; {'; '.join(why)}"
         )
         assert near >= 0.95 and all(abs(d - 1) <= 0.05 for d in shares), spread
         if share == 2.0:
