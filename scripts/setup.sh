@@ -14,7 +14,7 @@ PACKAGES=(
   bpftrace                                                       # bwlab doctor --ebpf and its tests
   prometheus                                                     # bwlab exporter tests: a real server, promtool
   debootstrap                                                    # deploy/build-images.sh: the images' base; trixie's pahole (BTF)
-  clang-19 llvm-19 zlib1g-dev                                    # scx_bwlab (scx/): BPF, its static loader
+  clang-19 llvm-19 lld-19 zlib1g-dev                             # scx_bwlab (scx/): BPF, its static loader
 )
 
 SUDO=""

@@ -44,6 +44,7 @@ TOOLS = {
     "unshare": "util-linux",
     "debootstrap": "debootstrap (scripts/setup.sh): deploy/build-images.sh's base, trixie's pahole",
     "clang-19": "clang-19 (scripts/setup.sh): scx_bwlab's BPF",
+    "ld.lld-19": "lld-19 (scripts/setup.sh): the kernel tree's libbpf and bpftool for scx_bwlab (LLVM=-19)",
 }
 
 

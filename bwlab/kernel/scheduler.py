@@ -20,6 +20,7 @@ from bwlab.paths import REPO_ROOT, SCX_CONFIG, cache_root
 
 SOURCE = REPO_ROOT / "scx"
 CLANG = "clang-19"
+LLD = "ld.lld-19"
 
 
 def output_dir(key: str) -> Path:
@@ -40,8 +41,9 @@ def build(key: str) -> Path:
     if "\nCONFIG_SCHED_CLASS_EXT=y" not in text or "\nCONFIG_DEBUG_INFO_BTF=y" not in text:
         fragment = SCX_CONFIG.relative_to(REPO_ROOT)
         raise BwlabError(f"kernel {key} has no sched_ext with BTF: build one with --config {fragment}")
-    if shutil.which(CLANG) is None:
-        raise BwlabError(f"the scheduler needs {CLANG} (apt-get install clang-19 llvm-19)")
+    missing = [tool for tool in (CLANG, LLD) if shutil.which(tool) is None]
+    if missing:  # the tree's libbpf and bpftool link with ld.lld-19 under LLVM=-19
+        raise BwlabError(f"the scheduler needs {missing[0]} (apt-get install clang-19 llvm-19 lld-19)")
     out = output_dir(key)
     out.mkdir(parents=True, exist_ok=True)
     log = out / "build.log"
