@@ -7,3 +7,5 @@ ACCELS = ("auto", "kvm", "tcg")
 TICK_MODES = ("aligned", "skew", "random")
 # 7.3's /sys/kernel/debug/sched/cgroup_mode values
 CGROUP_MODES = ("up", "smp", "concur", "max", "tasks")
+# sched_ext schedulers the lab builds and loads in a guest (scx/, bwlab/kernel/scheduler.py)
+SCHEDULERS = ("scx_bwlab",)

@@ -15,7 +15,7 @@ from types import FrameType
 from typing import NoReturn
 
 from bwlab import cgroup
-from bwlab.choices import ACCELS, CGROUP_MODES, TICK_MODES
+from bwlab.choices import ACCELS, CGROUP_MODES, SCHEDULERS, TICK_MODES
 from bwlab.errors import BwlabError
 from bwlab.kernel import policies
 from bwlab.kernel import source as kernel_source
@@ -209,6 +209,9 @@ def build_parser() -> argparse.ArgumentParser:
         help="guest: print the QEMU command line and keep its initramfs and plan.sh in OUT/boot/; run nothing",
     )
     p.add_argument("--keep", action="store_true", help="guest: keep the initramfs and plan.sh in OUT/boot/")
+    p.add_argument("--scheduler", choices=SCHEDULERS,
+                   help="guest: load this sched_ext scheduler before the cases (a kernel built with "
+                   "kernel/configs/scx.config); the groups' throttle counters are then the scheduler's")  # fmt: skip
     p.add_argument(
         "--policy",
         choices=policies.names(),

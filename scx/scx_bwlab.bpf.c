@@ -34,6 +34,19 @@
  * Per cgroup counters (periods, throttled periods and time, bursts, usage) live in the
  * accounts map, which the loader prints: cpu.stat's own stay frozen under sched_ext.
  *
+ * LAGS (latency-aware group scheduling, seed 002), on only when the loader names
+ * latency-aware cgroups (-l: root's choice; a delegatee cannot opt its groups in, and an
+ * opt-in covers the group's whole subtree). Every cgroup's load is the CPU time of its
+ * subtree, decaying by half every 2 s (lags_decayed: it always moves, a steady hog's too, and
+ * is time, not weight: renice buys nothing). At dispatch, among the first tasks within a slice
+ * of the queue's front vtime, a latency-aware task goes ahead of the front, and of the others
+ * before it, when its group is lighter than theirs where their paths part (the common
+ * ancestor's children compared, so spreading load over many groups does not make any of them
+ * light; a heavy latency-aware group goes nowhere ahead). A task never runs more than a
+ * slice ahead of its vtime: plain groups keep their weight's share. A latency-aware wakeup
+ * that finds no idle CPU preempts a run of a top-level group LAGS_MARGIN times heavier that
+ * has run LAGS_MIN_RUN_NS (hysteresis).
+ *
  * Locking: an account's fields are under its bpf_spin_lock, except `throttled`, read without
  * it on the enqueue and dispatch paths: a stale read runs a task a tick too long (its next
  * tick stops it) or parks it just after its group was released (the next expiry releases it:
@@ -50,8 +63,14 @@ char _license[] SEC("license") = "GPL";
 
 const volatile u64 slice_ns = 5000000ULL; /* set by the loader */
 const volatile u32 nr_cpus = 1; /* set by the loader */
+const volatile bool lags_enabled; /* the loader names latency-aware cgroups (-l) */
+
+#define LAGS_WINDOW 8 /* tasks within a slice of the queue's front that LAGS orders */
+#define LAGS_MIN_RUN_NS 1000000ULL /* a run is preempted for LAGS after this much of it */
+#define LAGS_MARGIN 2 /* ... and only for a group this many times lighter */
 
 static u64 vtime_now;
+u64 nr_lags_kicks, nr_lags_picks; /* LAGS' preemptions, and picks ahead of the front */
 UEI_DEFINE(uei);
 
 struct {
@@ -61,12 +80,37 @@ struct {
 	__type(value, struct account);
 } accounts SEC(".maps");
 
+/* The latency-aware cgroups (LAGS), by id: the loader's to write (root's: -l), never a
+ * delegatee's. A cgroup's opt-in covers its subtree. */
+struct {
+	__uint(type, BPF_MAP_TYPE_HASH);
+	__uint(max_entries, 1024);
+	__type(key, u64);
+	__type(value, u32);
+} lags_groups SEC(".maps");
+
 struct task_ctx {
 	u64 cgid; /* the task's cgroup (cpu controller) */
 	u64 charged; /* sum_exec_runtime charged so far */
 	u64 charged_at; /* when, bpf_ktime_get_ns() */
 	u64 ran_from; /* sum_exec_runtime when it last started running (vtime) */
+	u32 depth; /* levels in path */
+	u64 path[MAX_LEVELS]; /* the ids of its cgroup's ancestors (and its own) from level 1 */
 };
+
+/* What each CPU runs, for LAGS' wakeup preemption (racy reads from other CPUs: a stale one
+ * costs one wrong or missed kick) */
+struct cpu_ctx {
+	u64 started; /* when the current run began; 0: idle */
+	u64 top; /* its level-1 cgroup */
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_ARRAY);
+	__uint(max_entries, 1024);
+	__type(key, u32);
+	__type(value, struct cpu_ctx);
+} cpu_ctxs SEC(".maps");
 
 struct {
 	__uint(type, BPF_MAP_TYPE_TASK_STORAGE);
@@ -157,8 +201,8 @@ static __always_inline void debit(struct account *a, u64 ns, u64 now)
 
 /*
  * Charge `delta` ns of CPU time, run over [from, now] (the task on its CPU all along), to an
- * account with a quota; whether it is throttled after. The run is cut at every boundary in
- * it: each part is charged to the period it ran in.
+ * account: its LAGS load, and where it has a quota its runtime; whether it is throttled
+ * after. The run is cut at every boundary in it: each part is charged to the period it ran in.
  */
 static bool charge_account(struct account *a, u64 delta, u64 from, u64 now)
 {
@@ -166,6 +210,10 @@ static bool charge_account(struct account *a, u64 delta, u64 from, u64 now)
 	int i;
 
 	bpf_spin_lock(&a->lock);
+	if (lags_enabled) {
+		a->load_ns = lags_decayed(a->load_ns, a->load_at, now) + delta;
+		a->load_at = now;
+	}
 	if (a->quota_ns == NO_LIMIT || !a->period_ns) {
 		bpf_spin_unlock(&a->lock);
 		return false;
@@ -297,6 +345,118 @@ static bool charge(struct task_struct *p, struct task_ctx *tctx)
 	return throttled;
 }
 
+/* The task's cgroup and the ids of its ancestors, for LAGS' comparisons. */
+static void set_path(struct task_ctx *tctx, struct cgroup *cgrp)
+{
+	u32 lvl;
+
+	tctx->cgid = cgrp->kn->id;
+	tctx->depth = 0;
+	bpf_for(lvl, 1, MAX_LEVELS) {
+		u64 id = ancestor_id(cgrp, lvl);
+
+		if (!id || lvl > MAX_LEVELS)
+			break;
+		tctx->path[lvl - 1] = id;
+		tctx->depth = lvl;
+	}
+}
+
+/* Whether a latency-aware cgroup holds the task (itself or an ancestor opted in). */
+static bool is_la(struct task_ctx *tctx)
+{
+	u32 i;
+
+	bpf_for(i, 0, MAX_LEVELS) {
+		if (i >= tctx->depth || i >= MAX_LEVELS)
+			break;
+		if (bpf_map_lookup_elem(&lags_groups, &tctx->path[i]))
+			return true;
+	}
+	return false;
+}
+
+/* A cgroup's LAGS load now (read without its lock: a torn pair misweighs one pick). */
+static u64 load_of(u64 cgid, u64 now)
+{
+	struct account *a = bpf_map_lookup_elem(&accounts, &cgid);
+
+	return a ? lags_decayed(READ_ONCE(a->load_ns), READ_ONCE(a->load_at), now) : 0;
+}
+
+/*
+ * A dispatch's LAGS pick so far, per CPU: what the walk of the shared queue carries from one
+ * task to the next lives here, not on the stack, so that the verifier sees every iteration
+ * alike (counters and a pointer on the stack made it walk each of 64 iterations apart: too
+ * large).
+ */
+struct pick {
+	u64 front; /* the vtime of the first task that may run here */
+	u64 best; /* the task picked so far (its address: compared, never followed) */
+	u32 seen; /* tasks looked at within the window */
+	u32 scanned; /* tasks looked at */
+	u32 best_la;
+	u32 best_depth;
+	u64 best_path[MAX_LEVELS];
+};
+
+struct {
+	__uint(type, BPF_MAP_TYPE_PERCPU_ARRAY);
+	__uint(max_entries, 1);
+	__type(key, u32);
+	__type(value, struct pick);
+} picks SEC(".maps");
+
+/*
+ * Whether a task's group is lighter than the pick's, compared where their paths part: the
+ * loads of the common ancestor's two children, each the whole subtree's. So load spread over
+ * many groups, or many tasks, weighs as much as in one; and CPU time, not weight, is the
+ * measure (renice buys nothing). Not lighter where one path holds the other.
+ */
+static bool lighter(struct task_ctx *a, struct pick *pk, u64 now)
+{
+	u32 i;
+
+	bpf_for(i, 0, MAX_LEVELS) {
+		if (i >= a->depth || i >= pk->best_depth || i >= MAX_LEVELS)
+			break;
+		if (a->path[i] == pk->best_path[i])
+			continue;
+		return load_of(a->path[i], now) < load_of(pk->best_path[i], now);
+	}
+	return false;
+}
+
+/*
+ * A latency-aware task waits and no CPU is idle: preempt one that runs a task of another
+ * top-level group LAGS_MARGIN times heavier, once that run has had LAGS_MIN_RUN_NS (the
+ * hysteresis: no ping-pong between groups of about the same load, no run cut to nothing). The
+ * top level only: within one top-level group, order waits for the next dispatch.
+ */
+static void lags_preempt(struct task_struct *p, struct task_ctx *tctx)
+{
+	u64 now = bpf_ktime_get_ns();
+	u64 top = tctx->depth ? tctx->path[0] : 0;
+	u64 mine = load_of(top, now);
+	u32 cpu;
+
+	bpf_for(cpu, 0, nr_cpus) {
+		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
+		u64 started;
+
+		if (!c || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
+			continue;
+		started = READ_ONCE(c->started);
+		if (!started || now - started < LAGS_MIN_RUN_NS)
+			continue;
+		if (READ_ONCE(c->top) == top || load_of(READ_ONCE(c->top), now) < LAGS_MARGIN * mine)
+			continue;
+		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
+		__sync_fetch_and_add(&nr_lags_kicks, 1);
+		return;
+	}
+}
+
 static void kick_idle_cpus(void)
 {
 	s32 cpu;
@@ -416,21 +576,55 @@ void BPF_STRUCT_OPS(bwlab_enqueue, struct task_struct *p, u64 enq_flags)
 	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, slice_ns, vtime, enq_flags);
 	/* an idle CPU that may run it takes it now, not at its next wakeup */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
-	if (cpu >= 0)
+	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+	} else if (lags_enabled && !(enq_flags & SCX_ENQ_REENQ)) {
+		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+
+		if (tctx && is_la(tctx))
+			lags_preempt(p, tctx);
+	}
+}
+
+/* Move the task `which` (seen by an earlier walk) from the shared queue to this CPU's. */
+static bool take(u64 which)
+{
+	struct task_struct *p;
+	u32 scanned = 0;
+
+	bpf_for_each(scx_dsq, p, SHARED_DSQ, 0) {
+		if ((u64)p == which)
+			return scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0);
+		if (++scanned >= MAX_SCAN)
+			break;
+	}
+	return false;
 }
 
 void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 {
+	u64 now = bpf_ktime_get_ns();
 	struct task_struct *p;
 	bool parked = false;
-	u32 scanned = 0;
+	struct pick *pk;
+	u32 zero = 0;
+
+	pk = bpf_map_lookup_elem(&picks, &zero);
+	if (!pk)
+		return;
+	pk->best = 0;
+	pk->seen = 0;
+	pk->scanned = 0;
 
 	/* the first task of the shared queue that may run here; tasks of throttled cgroups met
-	 * on the way are parked */
+	 * on the way are parked. With LAGS: of the first LAGS_WINDOW tasks within a slice of the
+	 * front's vtime, a latency-aware one whose group is lighter than the pick's so far
+	 * (lighter()) takes its place; vtime order otherwise. A task runs ahead of its vtime by at
+	 * most a slice, so plain groups keep their weight's share. */
 	bpf_for_each(scx_dsq, p, SHARED_DSQ, 0) {
 		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
 		u64 park = 0;
+		bool la;
 
 		if (tctx && !(p->flags & PF_EXITING))
 			park = throttled_for_cgid(tctx->cgid);
@@ -440,15 +634,40 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 			parked = true;
 			continue;
 		}
-		if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
-		    scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0))
-			return;
-		if (++scanned >= MAX_SCAN)
+		if (!lags_enabled) {
+			if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
+			    scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0))
+				return;
+		} else if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+			if (!pk->seen)
+				pk->front = p->scx.dsq_vtime;
+			else if (time_after(p->scx.dsq_vtime, pk->front + slice_ns))
+				break;
+			la = tctx && is_la(tctx);
+			if (!pk->seen || (la && tctx && lighter(tctx, pk, now))) {
+				pk->best = (u64)p;
+				pk->best_la = la;
+				pk->best_depth = 0;
+				if (tctx) {
+					pk->best_depth = tctx->depth;
+					__builtin_memcpy(pk->best_path, tctx->path, sizeof(pk->best_path));
+				}
+			}
+			if (++pk->seen >= LAGS_WINDOW)
+				break;
+		}
+		if (++pk->scanned >= MAX_SCAN)
 			break;
 	}
+	if (pk->best && take(pk->best)) {
+		if (pk->best_la && pk->seen > 1)
+			__sync_fetch_and_add(&nr_lags_picks, 1);
+		return;
+	}
 	/* nothing moved here, and the kernel retries a dispatch only after one that did: look
-	 * again (the tasks this one parked are out of the way) */
-	if (parked && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
+	 * again (the tasks this one parked are out of the way; LAGS' pick was taken by another
+	 * CPU) */
+	if ((parked || pk->best) && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
 		scx_bpf_kick_cpu(cpu, 0);
 }
 
@@ -464,6 +683,15 @@ void BPF_STRUCT_OPS(bwlab_running, struct task_struct *p)
 	/* racy across CPUs, as scx_simple's: an error is small and passes */
 	if (time_before(vtime_now, p->scx.dsq_vtime))
 		vtime_now = p->scx.dsq_vtime;
+	if (lags_enabled) {
+		u32 cpu = scx_bpf_task_cpu(p);
+		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
+
+		if (c) {
+			c->top = tctx && tctx->depth ? tctx->path[0] : 0;
+			c->started = bpf_ktime_get_ns();
+		}
+	}
 }
 
 void BPF_STRUCT_OPS(bwlab_tick, struct task_struct *p)
@@ -479,6 +707,13 @@ void BPF_STRUCT_OPS(bwlab_stopping, struct task_struct *p, bool runnable)
 	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
 	u64 ran;
 
+	if (lags_enabled) {
+		u32 cpu = scx_bpf_task_cpu(p);
+		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
+
+		if (c)
+			c->started = 0;
+	}
 	if (!tctx)
 		return;
 	charge(p, tctx);
@@ -494,11 +729,17 @@ void BPF_STRUCT_OPS(bwlab_enable, struct task_struct *p)
 s32 BPF_STRUCT_OPS(bwlab_init_task, struct task_struct *p, struct scx_init_task_args *args)
 {
 	struct task_ctx *tctx;
+	struct cgroup *cgrp;
 
 	tctx = bpf_task_storage_get(&task_ctxs, p, 0, BPF_LOCAL_STORAGE_GET_F_CREATE);
 	if (!tctx)
 		return -ENOMEM;
-	tctx->cgid = args->cgroup ? args->cgroup->kn->id : 0;
+	/* args->cgroup is not a trusted pointer (bpf_cgroup_ancestor() refuses it): by its id */
+	cgrp = args->cgroup ? bpf_cgroup_from_id(args->cgroup->kn->id) : NULL;
+	if (cgrp) {
+		set_path(tctx, cgrp);
+		bpf_cgroup_release(cgrp);
+	}
 	tctx->charged = p->se.sum_exec_runtime;
 	tctx->charged_at = bpf_ktime_get_ns();
 	tctx->ran_from = tctx->charged;
@@ -510,7 +751,7 @@ void BPF_STRUCT_OPS(bwlab_cgroup_move, struct task_struct *p, struct cgroup *fro
 	struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
 
 	if (tctx)
-		tctx->cgid = to->kn->id;
+		set_path(tctx, to);
 }
 
 s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_cgroup_init, struct cgroup *cgrp, struct scx_cgroup_init_args *args)

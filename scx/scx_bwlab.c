@@ -14,6 +14,8 @@
 #include <string.h>
 #include <time.h>
 #include <unistd.h>
+#include <sys/stat.h>
+#include <sys/statfs.h>
 #include <bpf/bpf.h>
 #include <scx/common.h>
 #include "scx_bwlab.h"
@@ -22,19 +24,26 @@
 static const char help_fmt[] =
 	"scx_bwlab: cpu.max enforced without throttling a group whose demand fits its quota.\n"
 	"\n"
-	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-p] [-v]\n"
+	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-l CGROUP]... [-p] [-v]\n"
 	"\n"
 	"  -s SLICE_US  slice of each run, 100..100000 us (default 5000)\n"
-	"  -o FILE      write the cgroups' counters there (JSON), every interval and at exit\n"
-	"               (default: standard output at exit only)\n"
+	"  -o FILE      write the cgroups' counters there (JSON), every interval, at once on\n"
+	"               SIGUSR1, and at exit (default: standard output at exit only)\n"
 	"  -i MS        the interval of -o, 10..60000 ms (default 1000)\n"
+	"  -l CGROUP    a latency-aware cgroup (LAGS), its path absolute or under /sys/fs/cgroup;\n"
+	"               up to 64; one not made yet is marked within an interval of its mkdir\n"
 	"  -p           on a kernel that does not hand cpu.max to sched_ext (before 6.17),\n"
 	"               schedule only SCHED_EXT tasks and leave the rest to CFS (default: refuse)\n"
 	"  -v           libbpf's debug messages\n"
 	"  -h           this help\n";
 
+#define MAX_LAGS 64
+#define CGROUP2_MAGIC 0x63677270 /* CGROUP2_SUPER_MAGIC */
+
 static bool verbose;
-static volatile sig_atomic_t exit_req;
+static const char *lags_paths[MAX_LAGS];
+static int nr_lags;
+static volatile sig_atomic_t exit_req, write_req;
 
 static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va_list args)
 {
@@ -45,8 +54,10 @@ static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va
 
 static void on_signal(int sig)
 {
-	(void)sig;
-	exit_req = 1;
+	if (sig == SIGUSR1)
+		write_req = 1;
+	else
+		exit_req = 1;
 }
 
 /* A number in [lo, hi] from an option's text, or exit with a one-line error. */
@@ -64,7 +75,38 @@ static unsigned long number(const char *opt, const char *text, unsigned long lo,
 	return v;
 }
 
-static void write_account(FILE *f, const struct account *a, bool first)
+/*
+ * Mark the -l cgroups that exist in the scheduler's lags_groups map `fd` (by id: on cgroup v2
+ * the directory's inode number). `first` (before loading, fd -1): say which do not exist yet;
+ * a path that is not a cgroup v2 directory is an error (exit 2).
+ */
+static void mark_lags(int fd, bool first)
+{
+	char path[4096];
+	struct statfs fs;
+	struct stat st;
+	__u32 one = 1;
+	__u64 id;
+	int i;
+
+	for (i = 0; i < nr_lags; i++) {
+		snprintf(path, sizeof(path), "%s%s", lags_paths[i][0] == '/' ? "" : "/sys/fs/cgroup/", lags_paths[i]);
+		if (stat(path, &st)) {
+			if (first)
+				fprintf(stderr, "scx_bwlab: -l %s: no such cgroup yet (marked once made)\n", lags_paths[i]);
+			continue;
+		}
+		if (first && (!S_ISDIR(st.st_mode) || statfs(path, &fs) || fs.f_type != CGROUP2_MAGIC)) {
+			fprintf(stderr, "scx_bwlab: -l %s: not a cgroup v2 directory\n", lags_paths[i]);
+			exit(2);
+		}
+		id = st.st_ino;
+		if (fd >= 0)
+			bpf_map_update_elem(fd, &id, &one, BPF_ANY);
+	}
+}
+
+static void write_account(FILE *f, const struct account *a, bool first, bool la, __u64 now)
 {
 	fprintf(f, "%s\n    {\"cgid\": %" PRIu64 ", \"period_us\": %" PRIu64 ", \"quota_us\": ", first ? "" : ",",
 		(uint64_t)a->cgid, (uint64_t)(a->period_ns / 1000));
@@ -75,38 +117,43 @@ static void write_account(FILE *f, const struct account *a, bool first)
 	fprintf(f,
 		", \"burst_us\": %" PRIu64 ", \"nr_periods\": %" PRIu64 ", \"nr_throttled\": %" PRIu64
 		", \"throttled_usec\": %" PRIu64 ", \"nr_bursts\": %" PRIu64 ", \"burst_usec\": %" PRIu64
-		", \"usage_usec\": %" PRIu64 ", \"throttled\": %s}",
+		", \"usage_usec\": %" PRIu64 ", \"throttled\": %s, \"lags\": %s, \"load_usec\": %" PRIu64 "}",
 		(uint64_t)(a->burst_ns / 1000), (uint64_t)a->nr_periods, (uint64_t)a->nr_throttled,
 		(uint64_t)(a->throttled_ns / 1000), (uint64_t)a->nr_bursts, (uint64_t)(a->burst_time_ns / 1000),
-		(uint64_t)(a->usage_ns / 1000), a->throttled ? "true" : "false");
+		(uint64_t)(a->usage_ns / 1000), a->throttled ? "true" : "false", la ? "true" : "false",
+		(uint64_t)(lags_decayed(a->load_ns, a->load_at, now) / 1000));
 }
 
-/* Every cgroup that has or had a quota, as JSON. */
-static void write_stats(int fd, FILE *f, const char *state)
+/* Every cgroup that has or had a quota, or a LAGS load, as JSON. */
+static void write_stats(const struct scx_bwlab *skel, int fd, int lags_fd, FILE *f, const char *state)
 {
-	__u64 key, next, *prev = NULL;
+	__u64 key, next, *prev = NULL, now_ns;
 	struct account a;
 	bool first = true;
 	struct timespec now;
+	__u32 flag;
 
-	clock_gettime(CLOCK_MONOTONIC, &now);
-	fprintf(f, "{\"scheduler\": \"bwlab\", \"state\": \"%s\", \"monotonic_s\": %.6f, \"cgroups\": [", state,
+	clock_gettime(CLOCK_MONOTONIC, &now); /* bpf_ktime_get_ns()'s clock */
+	now_ns = (__u64)now.tv_sec * 1000000000ULL + now.tv_nsec;
+	fprintf(f, "{\"scheduler\": \"bwlab\", \"state\": \"%s\", \"monotonic_s\": %.6f, ", state,
 		now.tv_sec + now.tv_nsec / 1e9);
+	fprintf(f, "\"lags_kicks\": %" PRIu64 ", \"lags_picks\": %" PRIu64 ", \"cgroups\": [",
+		(uint64_t)skel->bss->nr_lags_kicks, (uint64_t)skel->bss->nr_lags_picks);
 	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
 		key = next;
 		prev = &key;
 		if (bpf_map_lookup_elem(fd, &key, &a))
 			continue; /* removed since */
-		if (a.quota_ns == NO_LIMIT && !a.usage_ns && !a.nr_periods)
+		if (a.quota_ns == NO_LIMIT && !a.usage_ns && !a.nr_periods && !a.load_ns)
 			continue;
-		write_account(f, &a, first);
+		write_account(f, &a, first, !bpf_map_lookup_elem(lags_fd, &key, &flag), now_ns);
 		first = false;
 	}
 	fprintf(f, "%s]}\n", first ? "" : "\n  ");
 }
 
 /* The stats to `path`, whole or not at all: written beside it, then renamed over it. */
-static int save_stats(int fd, const char *path, const char *state)
+static int save_stats(const struct scx_bwlab *skel, int fd, int lags_fd, const char *path, const char *state)
 {
 	char tmp[4096];
 	FILE *f;
@@ -116,7 +163,7 @@ static int save_stats(int fd, const char *path, const char *state)
 	f = fopen(tmp, "w");
 	if (!f)
 		return -errno;
-	write_stats(fd, f, state);
+	write_stats(skel, fd, lags_fd, f, state);
 	if (ferror(f) | fclose(f) || rename(tmp, path)) {
 		int err = -errno;
 
@@ -135,9 +182,9 @@ int main(int argc, char **argv)
 	struct bpf_link *link;
 	struct timespec pause;
 	__u64 ecode;
-	int opt, fd, err, ncpus;
+	int opt, fd, lags_fd, err, ncpus;
 
-	while ((opt = getopt(argc, argv, "s:o:i:pvh")) != -1) {
+	while ((opt = getopt(argc, argv, "s:o:i:l:pvh")) != -1) {
 		switch (opt) {
 		case 's':
 			slice_us = number("-s", optarg, 100, 100000);
@@ -147,6 +194,13 @@ int main(int argc, char **argv)
 			break;
 		case 'i':
 			interval_ms = number("-i", optarg, 10, 60000);
+			break;
+		case 'l':
+			if (nr_lags == MAX_LAGS) {
+				fprintf(stderr, "scx_bwlab: -l: at most %d cgroups\n", MAX_LAGS);
+				return 2;
+			}
+			lags_paths[nr_lags++] = optarg;
 			break;
 		case 'p':
 			partial = true;
@@ -184,9 +238,11 @@ int main(int argc, char **argv)
 				"cpu.max\n");
 	}
 
+	mark_lags(-1, true);
 	libbpf_set_print(libbpf_print_fn);
 	signal(SIGINT, on_signal);
 	signal(SIGTERM, on_signal);
+	signal(SIGUSR1, on_signal);
 
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {
@@ -196,9 +252,12 @@ int main(int argc, char **argv)
 	skel = SCX_OPS_OPEN(bwlab_ops, scx_bwlab);
 	skel->rodata->slice_ns = slice_us * 1000;
 	skel->rodata->nr_cpus = ncpus;
+	skel->rodata->lags_enabled = nr_lags > 0;
 	if (partial)
 		skel->struct_ops.bwlab_ops->flags |= SCX_OPS_SWITCH_PARTIAL;
 	SCX_OPS_LOAD(skel, bwlab_ops, scx_bwlab, uei);
+	lags_fd = bpf_map__fd(skel->maps.lags_groups);
+	mark_lags(lags_fd, false); /* before any task is scheduled */
 	link = SCX_OPS_ATTACH(skel, bwlab_ops, scx_bwlab);
 	fd = bpf_map__fd(skel->maps.accounts);
 	fprintf(stderr, "scx_bwlab: loaded (slice %lu us)\n", slice_us);
@@ -206,25 +265,30 @@ int main(int argc, char **argv)
 	pause.tv_sec = interval_ms / 1000;
 	pause.tv_nsec = (interval_ms % 1000) * 1000000L;
 	while (!exit_req && !UEI_EXITED(skel, uei)) {
-		if (out && (err = save_stats(fd, out, "running"))) {
+		write_req = 0;
+		mark_lags(lags_fd, false);
+		if (out && (err = save_stats(skel, fd, lags_fd, out, "running"))) {
 			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", out, strerror(-err));
 			failed = true;
 			exit_req = 1;
 			break;
 		}
-		nanosleep(&pause, NULL);
+		/* a signal ends the pause early (nanosleep is never restarted): SIGUSR1 asks for
+		 * the counters now, as a reader that removed the file waits for them */
+		if (!write_req)
+			nanosleep(&pause, NULL);
 	}
 
 	ejected = !exit_req; /* the scheduler left by itself */
 	/* the counters as the scheduler leaves (before the link goes: the maps are its) */
 	if (out) {
-		err = save_stats(fd, out, "stopped");
+		err = save_stats(skel, fd, lags_fd, out, "stopped");
 		if (err) {
 			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", out, strerror(-err));
 			failed = true;
 		}
 	} else {
-		write_stats(fd, stdout, "stopped");
+		write_stats(skel, fd, lags_fd, stdout, "stopped");
 	}
 	bpf_link__destroy(link);
 	ecode = UEI_REPORT(skel, uei);

@@ -28,6 +28,28 @@ struct account {
 	__u64 nr_bursts;
 	__u64 burst_time_ns; /* run over the quota, on burst */
 	__u64 usage_ns;
+	/* LAGS: the CPU time of the cgroup and its descendants, decaying (lags_decayed) */
+	__u64 load_ns;
+	__u64 load_at; /* when load_ns was last brought up to date */
 };
+
+/*
+ * LAGS' credit: CPU time that halves every LAGS_HALF_LIFE_MS (about 4 s of history weigh
+ * three quarters of it), brought from `at` to `now`: whole half lives by shifts, the rest by
+ * 2^-x ~ 1 - x/2 (within 6 %). In milliseconds of the fraction so that nothing overflows.
+ */
+#define LAGS_HALF_LIFE_MS 2000ULL
+
+static inline __u64 lags_decayed(__u64 load, __u64 at, __u64 now)
+{
+	__u64 dt_ms = now > at ? (now - at) / 1000000ULL : 0;
+	__u64 halves = dt_ms / LAGS_HALF_LIFE_MS;
+
+	if (halves >= 64)
+		return 0;
+	load >>= halves;
+	dt_ms -= halves * LAGS_HALF_LIFE_MS;
+	return load - load / 2 / LAGS_HALF_LIFE_MS * dt_ms;
+}
 
 #endif /* __SCX_BWLAB_H */

@@ -1,15 +1,22 @@
 """The sched_ext scheduler's build glue without building anything: pahole's wrapper and
-version check, the BTF switch of a kernel build, and the scheduler build's refusals."""
+version check, the BTF switch of a kernel build, the scheduler build's refusals; and a plan
+under a scheduler (bwlab run --scheduler): its shell, and the options it refuses."""
 
 from __future__ import annotations
 
+import subprocess
 from pathlib import Path
 
 import pytest
 
+from bwlab import scenario
 from bwlab.errors import BwlabError
 from bwlab.kernel import pahole, scheduler
 from bwlab.paths import SCX_CONFIG
+from bwlab.targets import plan
+from bwlab.workloads import programs
+
+from conftest import bwlab
 
 
 def test_btf_is_asked_by_the_scx_fragment_only() -> None:
@@ -42,3 +49,58 @@ def test_no_debootstrap_is_one_clear_error(empty_cache: Path, monkeypatch: pytes
 def test_the_scheduler_needs_a_built_sched_ext_kernel(empty_cache: Path) -> None:
     with pytest.raises(BwlabError, match=r"no kernel 7\.3\.4-000000000000 in the cache"):
         scheduler.build("7.3.4-000000000000")
+
+
+def test_a_plan_under_a_scheduler_loads_it_and_reads_its_counters() -> None:
+    """--scheduler: the plan loads the scheduler before the cases and stops it after them, and
+    each group's stat is cpu.stat less the bandwidth counters, plus the scheduler's."""
+    specs = scenario.load(scenario.builtin_path("table2")).resolve(2)
+    text = plan.render_plan(specs, scheduler="scx_bwlab")
+    start, stop = text.index("/bin/scx_bwlab -o "), text.index("kill -INT $BWLAB_SCHED")
+    assert start < text.index("BWLAB-BEGIN 0 0") < text.index("BWLAB-END 3 4") < stop
+    assert f"{plan.SCHEDULER_STAT} /sys/fs/cgroup/bwlab-2-0 >&3" in text
+    assert "cat /sys/fs/cgroup/bwlab-2-0/cpu.stat" not in text
+    assert "/bin/scx_bwlab" not in plan.render_plan(specs)
+    with pytest.raises(BwlabError, match="takes cgroup v2"):
+        plan.render_plan(specs, layout=plan.Layout(version=1, cpu="/sys/fs/cgroup/cpu"), scheduler="scx_bwlab")
+    sampled = scenario.load(scenario.builtin_path("below-quota")).resolve(2)
+    assert any(side.kind == "sample" for spec in sampled for side in spec.sides)
+    with pytest.raises(BwlabError, match=r"sample side action reads cpu\.stat"):
+        plan.render_plan(sampled, scheduler="scx_bwlab")
+    out = plan.parse_records("BWLAB-SCHEDULER bwlab\nBWLAB-DONE\n")
+    assert out.scheduler == "bwlab" and out.done
+
+
+def test_the_scheduler_stat_reads_the_groups_own_line(tmp_path: Path) -> None:
+    """The stat function (busybox sh and awk, as in the guest) on a group directory and a
+    stats file like the loader's: the group's line and no other's (an id that ends the same)."""
+    group = tmp_path / "g"
+    group.mkdir()
+    (group / "cpu.stat").write_text("usage_usec 100\nnr_periods 0\nnr_throttled 0\nthrottled_usec 0\n"
+                                    "nr_bursts 0\nburst_usec 0\n")  # fmt: skip
+    cgid = group.stat().st_ino
+    line = ('    {{"cgid": {}, "period_us": 100000, "quota_us": 200000, "burst_us": 0, "nr_periods": {}, '
+            '"nr_throttled": {}, "throttled_usec": 1234, "nr_bursts": 1, "burst_usec": 77, "usage_usec": 9, '
+            '"throttled": false}}')  # fmt: skip
+    stats = tmp_path / "sched-stats.json"
+    stats.write_text('{"scheduler": "bwlab", "cgroups": [\n' + line.format(f"9{cgid}", 8, 8) + ",\n"
+                     + line.format(cgid, 50, 3) + "\n  ]}\n")  # fmt: skip
+    lines = plan.scheduler_start("scx_bwlab", "/bin", str(tmp_path))
+    function = "\n".join(lines[lines.index(f"{plan.SCHEDULER_STAT}() {{") :])
+    function = function.replace(f"rm -f {stats}; kill -USR1 $BWLAB_SCHED; ", "")  # the loader's part
+    busybox = programs.resolve("busybox")
+    done = subprocess.run([str(busybox), "sh", "-c", f"{function}\n{plan.SCHEDULER_STAT} {group}"],
+                          capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+    assert done.stdout.split("\n") == ["usage_usec 100", "nr_periods 50", "nr_throttled 3", "throttled_usec 1234",
+                                       "nr_bursts 1", "burst_usec 77", ""]  # fmt: skip
+
+
+SCHEDULER_MISPLACED = [("--target", "host"), ("--target", "sim"), ("--target", "guest", "--show-command"),
+                       ("--target", "guest", "--policy", "all")]  # fmt: skip
+
+
+@pytest.mark.parametrize("extra", SCHEDULER_MISPLACED)
+def test_scheduler_applies_to_the_initramfs_guest_only(extra: tuple[str, ...]) -> None:
+    res = bwlab("run", "table2", "--scheduler", "scx_bwlab", *extra, timeout=60)
+    assert res.returncode != 0 and res.stderr.count("\n") == 1, res.stderr
+    assert "--scheduler applies to --target guest only" in res.stderr, res.stderr

@@ -14,6 +14,7 @@ from bwlab.analysis import report
 from bwlab.commands import common
 from bwlab.commands.sim import sim_target
 from bwlab.errors import BwlabError
+from bwlab.kernel import scheduler as kernel_scheduler
 from bwlab.progress import console, out
 from bwlab.targets.base import Target
 from bwlab.targets.host import HostTarget
@@ -30,6 +31,8 @@ def target_of(args: argparse.Namespace, sc: scenario.Scenario | None = None) -> 
                 "--seed": args.seed != 0}  # fmt: skip
     if args.target != "sim" and any(sim_opts.values()):
         raise BwlabError(f"{next(k for k, v in sim_opts.items() if v)} applies to --target sim only")
+    if args.scheduler and (args.target != "guest" or args.show_command or args.policy):
+        raise BwlabError("--scheduler applies to --target guest only, without --show-command or --policy")
     if args.target == "sim":
         return sim_target(args)
     if args.policy and args.target == "host":
@@ -48,9 +51,13 @@ def target_of(args: argparse.Namespace, sc: scenario.Scenario | None = None) -> 
     if asked and (args.show_command or args.keep):
         raise BwlabError("this scenario asks for this machine's userland ([target] userland = \"host\"): "
                          "--show-command and --keep apply to the initramfs guest only")  # fmt: skip
+    if asked and args.scheduler:
+        raise BwlabError("--scheduler runs in the initramfs guest: this scenario asks for this machine's userland")
     if args.target == "guest-host" or asked:
         return HostUserlandTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel)
-    return QemuTarget(common.guest_image(args), args.vcpus, args.policy, args.timeout, args.accel, args.keep)
+    image = common.guest_image(args)
+    loader = kernel_scheduler.build(image.key) if args.scheduler else None
+    return QemuTarget(image, args.vcpus, args.policy, args.timeout, args.accel, args.keep, loader)
 
 
 def cmd_run(args: argparse.Namespace) -> int:

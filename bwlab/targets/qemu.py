@@ -465,6 +465,7 @@ class QemuTarget:
     timeout_s: float | None = None  # default: guest_timeout() of the plan
     accel: str = "auto"  # "auto", "kvm" or "tcg": see choose_accel()
     keep: bool = False  # keep the initramfs and plan.sh in OUT/boot/ (to boot by hand)
+    scheduler: Path | None = None  # a sched_ext scheduler's loader (bwlab/kernel/scheduler.py)
 
     def __post_init__(self) -> None:
         if self.policy and not self.image.patches:
@@ -476,7 +477,8 @@ class QemuTarget:
 
     @property
     def label(self) -> str:
-        return guest_label(self.image.variant_name, self.policy, self.image.hz)
+        label = guest_label(self.image.variant_name, self.policy, self.image.hz)
+        return label + (f"-{self.scheduler.name}" if self.scheduler else "")
 
     def _specs(self, sc: Scenario) -> list[RunSpec]:
         if sc.userland == "host":  # reproduce and bundles come here too, not through bwlab run
@@ -509,12 +511,19 @@ class QemuTarget:
             label += "-kvm"
         keep = out_dir / "boot" if self.keep else None
         name = scs[0].name if len(scs) == 1 else f"{scs[0].name}-and-{len(scs) - 1}-more"
-        text = None if len(scs) == 1 else plan.render_plans(spec_lists, self._features(), boot_events(all_specs))
+        sched = self.scheduler.name if self.scheduler else None
+        text: str | None = None  # one scenario without a scheduler: build_initramfs renders it
+        if len(scs) > 1:
+            text = plan.render_plans(spec_lists, self._features(), boot_events(all_specs), sched)
+        elif sched:
+            text = plan.render_plan(spec_lists[0], self._features(), boot_events=boot_events(all_specs),
+                                    scheduler=sched)  # fmt: skip
         what = scs[0].name if len(scs) == 1 else ", ".join(sc.name for sc in scs)
         with console.status(f"{what} in {label} ({vcpus} vCPUs, {accel.name}, kernel {image.key}, "
                             f"limit {limit:.0f} s)"):  # fmt: skip
             run = boot(image, all_specs, vcpus, out_dir / "logs", f"{name}-{label}", limit,
-                       features=self._features(), plan_text=text, accel=accel.name, keep=keep)  # fmt: skip
+                       features=self._features(), plan_text=text, accel=accel.name, keep=keep,
+                       extra={self.scheduler.name: self.scheduler} if self.scheduler else None)  # fmt: skip
         if fifo_requested() and not run.timer_thread.startswith("SCHED_FIFO"):
             console.print(f"[yellow]note[/yellow]: QEMU's timer thread ran at {run.timer_thread}")
         records = run.results.read_text(errors="replace") if run.results.exists() else ""
@@ -545,7 +554,10 @@ class QemuTarget:
         return paths
 
     def _meta(self, label: str, accel: Accel, run: GuestRun, output: plan.PlanOutput) -> dict[str, Any]:
-        return guest_meta(label, self.image, self.policy, self.vcpus, accel, output, run)
+        meta = guest_meta(label, self.image, self.policy, self.vcpus, accel, output, run)
+        if self.scheduler:  # the loader asked for, and the ops the kernel said it ran
+            meta["scheduler"] = {"loader": self.scheduler.name, "ops": output.scheduler}
+        return meta
 
     def command(self, sc: Scenario, out_dir: Path) -> list[str]:
         """The QEMU command line of this run, its initramfs and plan.sh kept in OUT/boot/: to
