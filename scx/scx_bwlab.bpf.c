@@ -38,14 +38,15 @@
  * latency-aware cgroups (-l: root's choice; a delegatee cannot opt its groups in, and an
  * opt-in covers the group's whole subtree). Every cgroup's load is the CPU time of its
  * subtree, decaying by half every 2 s (lags_decayed: it always moves, a steady hog's too, and
- * is time, not weight: renice buys nothing). At dispatch, among the first tasks within a slice
- * of the queue's front vtime, a latency-aware task goes ahead of the front, and of the others
- * before it, when its group is lighter than theirs where their paths part (the common
- * ancestor's children compared, so spreading load over many groups does not make any of them
- * light; a heavy latency-aware group goes nowhere ahead). A task never runs more than a
- * slice ahead of its vtime: plain groups keep their weight's share. A latency-aware wakeup
- * that finds no idle CPU preempts a run of a top-level group LAGS_MARGIN times heavier that
- * has run LAGS_MIN_RUN_NS (hysteresis).
+ * is time, not weight: renice buys no lightness). At dispatch, the first tasks within a slice
+ * of the queue's front vtime are walked with the front as the pick; a latency-aware task
+ * takes the pick's place when its group is lighter than the pick's where their paths part
+ * (the common ancestor's children compared, so spreading load over many groups does not make
+ * any of them light; a heavy latency-aware group goes nowhere ahead). A task never runs more
+ * than a slice of vtime ahead (a slice x weight / 100 of CPU time): plain groups keep their
+ * weight's share. A latency-aware wakeup that finds no idle CPU preempts a run of another
+ * top-level group LAGS_MARGIN times heavier that has run LAGS_MIN_RUN_NS (hysteresis), one
+ * kick a run.
  *
  * Locking: an account's fields are under its bpf_spin_lock, except `throttled`, read without
  * it on the enqueue and dispatch paths: a stale read runs a task a tick too long (its next
@@ -355,7 +356,7 @@ static void set_path(struct task_ctx *tctx, struct cgroup *cgrp)
 	bpf_for(lvl, 1, MAX_LEVELS) {
 		u64 id = ancestor_id(cgrp, lvl);
 
-		if (!id || lvl > MAX_LEVELS)
+		if (!id)
 			break;
 		tctx->path[lvl - 1] = id;
 		tctx->depth = lvl;
@@ -392,10 +393,10 @@ static u64 load_of(u64 cgid, u64 now)
  */
 struct pick {
 	u64 front; /* the vtime of the first task that may run here */
-	u64 best; /* the task picked so far (its address: compared, never followed) */
+	s32 best; /* the pid of the task picked so far; 0: none */
 	u32 seen; /* tasks looked at within the window */
 	u32 scanned; /* tasks looked at */
-	u32 best_la;
+	u32 ahead; /* the pick is not the front: LAGS moved a task ahead */
 	u32 best_depth;
 	u64 best_path[MAX_LEVELS];
 };
@@ -442,14 +443,21 @@ static void lags_preempt(struct task_struct *p, struct task_ctx *tctx)
 
 	bpf_for(cpu, 0, nr_cpus) {
 		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
-		u64 started;
+		u64 started, theirs;
 
 		if (!c || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
 		started = READ_ONCE(c->started);
-		if (!started || now - started < LAGS_MIN_RUN_NS)
+		/* signed: another CPU may have written `started` after `now` was read */
+		if (!started || (s64)(now - started) < (s64)LAGS_MIN_RUN_NS)
 			continue;
-		if (READ_ONCE(c->top) == top || load_of(READ_ONCE(c->top), now) < LAGS_MARGIN * mine)
+		/* the root's own tasks (top 0) are never preempted; nor groups not twice as heavy
+		 * (0 against 0 included) */
+		theirs = READ_ONCE(c->top);
+		if (!theirs || theirs == top || load_of(theirs, now) <= LAGS_MARGIN * mine)
+			continue;
+		/* claim the run: wakeups that come before that CPU reschedules pick other CPUs */
+		if (__sync_val_compare_and_swap(&c->started, started, 0) != started)
 			continue;
 		scx_bpf_kick_cpu(cpu, SCX_KICK_PREEMPT);
 		__sync_fetch_and_add(&nr_lags_kicks, 1);
@@ -578,7 +586,7 @@ void BPF_STRUCT_OPS(bwlab_enqueue, struct task_struct *p, u64 enq_flags)
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
 	if (cpu >= 0) {
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
-	} else if (lags_enabled && !(enq_flags & SCX_ENQ_REENQ)) {
+	} else if (lags_enabled && (enq_flags & SCX_ENQ_WAKEUP)) {
 		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
 
 		if (tctx && is_la(tctx))
@@ -586,15 +594,20 @@ void BPF_STRUCT_OPS(bwlab_enqueue, struct task_struct *p, u64 enq_flags)
 	}
 }
 
-/* Move the task `which` (seen by an earlier walk) from the shared queue to this CPU's. */
-static bool take(u64 which)
+/*
+ * Move the task `pid` (picked by an earlier walk) from the shared queue to this CPU's, if it is
+ * still there and may still run here (it may have left and come back with other CPUs since:
+ * moving it here then would be an error that ejects the scheduler).
+ */
+static bool take(s32 cpu, s32 pid)
 {
 	struct task_struct *p;
 	u32 scanned = 0;
 
 	bpf_for_each(scx_dsq, p, SHARED_DSQ, 0) {
-		if ((u64)p == which)
-			return scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0);
+		if (p->pid == pid)
+			return bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
+			       scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0);
 		if (++scanned >= MAX_SCAN)
 			break;
 	}
@@ -615,6 +628,7 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 	pk->best = 0;
 	pk->seen = 0;
 	pk->scanned = 0;
+	pk->ahead = 0;
 
 	/* the first task of the shared queue that may run here; tasks of throttled cgroups met
 	 * on the way are parked. With LAGS: of the first LAGS_WINDOW tasks within a slice of the
@@ -645,8 +659,8 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 				break;
 			la = tctx && is_la(tctx);
 			if (!pk->seen || (la && tctx && lighter(tctx, pk, now))) {
-				pk->best = (u64)p;
-				pk->best_la = la;
+				pk->ahead = pk->seen > 0;
+				pk->best = p->pid;
 				pk->best_depth = 0;
 				if (tctx) {
 					pk->best_depth = tctx->depth;
@@ -659,15 +673,15 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 		if (++pk->scanned >= MAX_SCAN)
 			break;
 	}
-	if (pk->best && take(pk->best)) {
-		if (pk->best_la && pk->seen > 1)
+	if (pk->seen && take(cpu, pk->best)) {
+		if (pk->ahead)
 			__sync_fetch_and_add(&nr_lags_picks, 1);
 		return;
 	}
 	/* nothing moved here, and the kernel retries a dispatch only after one that did: look
 	 * again (the tasks this one parked are out of the way; LAGS' pick was taken by another
 	 * CPU) */
-	if ((parked || pk->best) && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
+	if ((parked || pk->seen) && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
 		scx_bpf_kick_cpu(cpu, 0);
 }
 

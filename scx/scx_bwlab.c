@@ -27,8 +27,8 @@ static const char help_fmt[] =
 	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-l CGROUP]... [-p] [-v]\n"
 	"\n"
 	"  -s SLICE_US  slice of each run, 100..100000 us (default 5000)\n"
-	"  -o FILE      write the cgroups' counters there (JSON), every interval, at once on\n"
-	"               SIGUSR1, and at exit (default: standard output at exit only)\n"
+	"  -o FILE      write the cgroups' counters there (JSON), every interval and at exit, and\n"
+	"               to FILE.now at once on SIGUSR1 (default: standard output at exit only)\n"
 	"  -i MS        the interval of -o, 10..60000 ms (default 1000)\n"
 	"  -l CGROUP    a latency-aware cgroup (LAGS), its path absolute or under /sys/fs/cgroup;\n"
 	"               up to 64; one not made yet is marked within an interval of its mkdir\n"
@@ -40,10 +40,9 @@ static const char help_fmt[] =
 #define MAX_LAGS 64
 #define CGROUP2_MAGIC 0x63677270 /* CGROUP2_SUPER_MAGIC */
 
-static bool verbose;
+static bool verbose, exit_req;
 static const char *lags_paths[MAX_LAGS];
 static int nr_lags;
-static volatile sig_atomic_t exit_req, write_req;
 
 static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va_list args)
 {
@@ -52,12 +51,11 @@ static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va
 	return vfprintf(stderr, format, args);
 }
 
-static void on_signal(int sig)
+/* A -l path: absolute, or under /sys/fs/cgroup. */
+static const char *path_of(const char *arg, char *buf, size_t len)
 {
-	if (sig == SIGUSR1)
-		write_req = 1;
-	else
-		exit_req = 1;
+	snprintf(buf, len, "%s%s", arg[0] == '/' ? "" : "/sys/fs/cgroup/", arg);
+	return buf;
 }
 
 /* A number in [lo, hi] from an option's text, or exit with a one-line error. */
@@ -76,13 +74,15 @@ static unsigned long number(const char *opt, const char *text, unsigned long lo,
 }
 
 /*
- * Mark the -l cgroups that exist in the scheduler's lags_groups map `fd` (by id: on cgroup v2
- * the directory's inode number). `first` (before loading, fd -1): say which do not exist yet;
- * a path that is not a cgroup v2 directory is an error (exit 2).
+ * Keep the scheduler's lags_groups map (fd) to the cgroups the -l paths name now, by id (on
+ * cgroup v2 the directory's inode number): a path made later is marked once made, one made
+ * again as another cgroup moves its mark. fd -1, before loading: check them (the root, or a
+ * path that is not a cgroup v2 directory, is an error: exit 2; one not made yet is said).
  */
-static void mark_lags(int fd, bool first)
+static void mark_lags(int fd)
 {
-	char path[4096];
+	static __u64 marked[MAX_LAGS]; /* what each path named at the last pass; 0: nothing */
+	char path[4096], parent[4200];
 	struct statfs fs;
 	struct stat st;
 	__u32 one = 1;
@@ -90,19 +90,31 @@ static void mark_lags(int fd, bool first)
 	int i;
 
 	for (i = 0; i < nr_lags; i++) {
-		snprintf(path, sizeof(path), "%s%s", lags_paths[i][0] == '/' ? "" : "/sys/fs/cgroup/", lags_paths[i]);
-		if (stat(path, &st)) {
-			if (first)
+		bool found = !stat(path_of(lags_paths[i], path, sizeof(path)), &st);
+
+		id = found && S_ISDIR(st.st_mode) && !statfs(path, &fs) && fs.f_type == CGROUP2_MAGIC ? st.st_ino : 0;
+		if (fd < 0) {
+			snprintf(parent, sizeof(parent), "%s/..", path);
+			if (!found) {
 				fprintf(stderr, "scx_bwlab: -l %s: no such cgroup yet (marked once made)\n", lags_paths[i]);
+			} else if (!id) {
+				fprintf(stderr, "scx_bwlab: -l %s: not a cgroup v2 directory\n", lags_paths[i]);
+				exit(2);
+			} else if (statfs(parent, &fs) || fs.f_type != CGROUP2_MAGIC) {
+				fprintf(stderr, "scx_bwlab: -l %s: the root cgroup cannot be latency-aware\n", lags_paths[i]);
+				exit(2);
+			}
 			continue;
 		}
-		if (first && (!S_ISDIR(st.st_mode) || statfs(path, &fs) || fs.f_type != CGROUP2_MAGIC)) {
-			fprintf(stderr, "scx_bwlab: -l %s: not a cgroup v2 directory\n", lags_paths[i]);
-			exit(2);
-		}
-		id = st.st_ino;
-		if (fd >= 0)
-			bpf_map_update_elem(fd, &id, &one, BPF_ANY);
+		if (id == marked[i])
+			continue;
+		if (marked[i])
+			bpf_map_delete_elem(fd, &marked[i]);
+		marked[i] = 0;
+		if (id && bpf_map_update_elem(fd, &id, &one, BPF_ANY))
+			fprintf(stderr, "scx_bwlab: -l %s: cannot mark it: %s\n", lags_paths[i], strerror(errno));
+		else
+			marked[i] = id;
 	}
 }
 
@@ -181,6 +193,9 @@ int main(int argc, char **argv)
 	struct scx_bwlab *skel;
 	struct bpf_link *link;
 	struct timespec pause;
+	char now_path[4096];
+	sigset_t sigs;
+	int sig;
 	__u64 ecode;
 	int opt, fd, lags_fd, err, ncpus;
 
@@ -220,6 +235,7 @@ int main(int argc, char **argv)
 		fprintf(stderr, "scx_bwlab: unexpected argument %s (-h: usage)\n", argv[optind]);
 		return 2;
 	}
+	mark_lags(-1); /* bad input first, before what the machine lacks */
 	if (access("/sys/kernel/sched_ext/state", R_OK)) {
 		fprintf(stderr, "scx_bwlab: this kernel has no sched_ext (CONFIG_SCHED_CLASS_EXT)\n");
 		return 1;
@@ -238,11 +254,14 @@ int main(int argc, char **argv)
 				"cpu.max\n");
 	}
 
-	mark_lags(-1, true);
 	libbpf_set_print(libbpf_print_fn);
-	signal(SIGINT, on_signal);
-	signal(SIGTERM, on_signal);
-	signal(SIGUSR1, on_signal);
+	/* taken by sigtimedwait() in the loop, never by a handler: a SIGUSR1 that comes between
+	 * a check and a sleep cannot be lost */
+	sigemptyset(&sigs);
+	sigaddset(&sigs, SIGINT);
+	sigaddset(&sigs, SIGTERM);
+	sigaddset(&sigs, SIGUSR1);
+	sigprocmask(SIG_BLOCK, &sigs, NULL);
 
 	ncpus = libbpf_num_possible_cpus();
 	if (ncpus <= 0) {
@@ -257,26 +276,33 @@ int main(int argc, char **argv)
 		skel->struct_ops.bwlab_ops->flags |= SCX_OPS_SWITCH_PARTIAL;
 	SCX_OPS_LOAD(skel, bwlab_ops, scx_bwlab, uei);
 	lags_fd = bpf_map__fd(skel->maps.lags_groups);
-	mark_lags(lags_fd, false); /* before any task is scheduled */
+	mark_lags(lags_fd); /* before any task is scheduled */
 	link = SCX_OPS_ATTACH(skel, bwlab_ops, scx_bwlab);
 	fd = bpf_map__fd(skel->maps.accounts);
 	fprintf(stderr, "scx_bwlab: loaded (slice %lu us)\n", slice_us);
 
 	pause.tv_sec = interval_ms / 1000;
 	pause.tv_nsec = (interval_ms % 1000) * 1000000L;
-	while (!exit_req && !UEI_EXITED(skel, uei)) {
-		write_req = 0;
-		mark_lags(lags_fd, false);
+	while (!UEI_EXITED(skel, uei)) {
+		mark_lags(lags_fd);
 		if (out && (err = save_stats(skel, fd, lags_fd, out, "running"))) {
 			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", out, strerror(-err));
-			failed = true;
-			exit_req = 1;
+			failed = exit_req = true;
 			break;
 		}
-		/* a signal ends the pause early (nanosleep is never restarted): SIGUSR1 asks for
-		 * the counters now, as a reader that removed the file waits for them */
-		if (!write_req)
-			nanosleep(&pause, NULL);
+		sig = sigtimedwait(&sigs, NULL, &pause);
+		if (sig == SIGINT || sig == SIGTERM) {
+			exit_req = true;
+			break;
+		}
+		/* SIGUSR1: a reader wants the counters now. They go to FILE.now, which it removed
+		 * before asking: a write to FILE under way then could not answer it. */
+		if (sig == SIGUSR1 && out && (snprintf(now_path, sizeof(now_path), "%s.now", out) >= (int)sizeof(now_path) ||
+					      (err = save_stats(skel, fd, lags_fd, now_path, "running")))) {
+			fprintf(stderr, "scx_bwlab: cannot write %s.now\n", out);
+			failed = exit_req = true;
+			break;
+		}
 	}
 
 	ejected = !exit_req; /* the scheduler left by itself */

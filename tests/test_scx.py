@@ -56,7 +56,7 @@ def test_a_plan_under_a_scheduler_loads_it_and_reads_its_counters() -> None:
     each group's stat is cpu.stat less the bandwidth counters, plus the scheduler's."""
     specs = scenario.load(scenario.builtin_path("table2")).resolve(2)
     text = plan.render_plan(specs, scheduler="scx_bwlab")
-    start, stop = text.index("/bin/scx_bwlab -o "), text.index("kill -INT $BWLAB_SCHED")
+    start, stop = text.index("/bin/scx_bwlab -o "), text.index("kill -INT $BWLAB_SCHED; wait")
     assert start < text.index("BWLAB-BEGIN 0 0") < text.index("BWLAB-END 3 4") < stop
     assert f"{plan.SCHEDULER_STAT} /sys/fs/cgroup/bwlab-2-0 >&3" in text
     assert "cat /sys/fs/cgroup/bwlab-2-0/cpu.stat" not in text
@@ -83,16 +83,37 @@ def test_the_scheduler_stat_reads_the_groups_own_line(tmp_path: Path) -> None:
             '"nr_throttled": {}, "throttled_usec": 1234, "nr_bursts": 1, "burst_usec": 77, "usage_usec": 9, '
             '"throttled": false}}')  # fmt: skip
     stats = tmp_path / "sched-stats.json"
-    stats.write_text('{"scheduler": "bwlab", "cgroups": [\n' + line.format(f"9{cgid}", 8, 8) + ",\n"
-                     + line.format(cgid, 50, 3) + "\n  ]}\n")  # fmt: skip
+    answer = tmp_path / "sched-stats.json.now"  # what the loader writes on SIGUSR1
     lines = plan.scheduler_start("scx_bwlab", "/bin", str(tmp_path))
     function = "\n".join(lines[lines.index(f"{plan.SCHEDULER_STAT}() {{") :])
-    function = function.replace(f"rm -f {stats}; kill -USR1 $BWLAB_SCHED; ", "")  # the loader's part
+    function = function.replace(f"rm -f {stats}.now; kill -USR1 $BWLAB_SCHED; ", "")  # the loader's part
     busybox = programs.resolve("busybox")
-    done = subprocess.run([str(busybox), "sh", "-c", f"{function}\n{plan.SCHEDULER_STAT} {group}"],
-                          capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
-    assert done.stdout.split("\n") == ["usage_usec 100", "nr_periods 50", "nr_throttled 3", "throttled_usec 1234",
-                                       "nr_bursts 1", "burst_usec 77", ""]  # fmt: skip
+
+    def stat_of(*accounts: str) -> list[str]:
+        answer.write_text('{"scheduler": "bwlab", "cgroups": [\n' + ",\n".join(accounts) + "\n  ]}\n")
+        done = subprocess.run([str(busybox), "sh", "-c", f"{function}\n{plan.SCHEDULER_STAT} {group} 3>&1"],
+                              capture_output=True, text=True, check=True, timeout=30)  # fmt: skip
+        return done.stdout.split("\n")
+
+    assert stat_of(line.format(f"9{cgid}", 8, 8), line.format(cgid, 50, 3)) == [
+        "usage_usec 100",
+        "nr_periods 50",
+        "nr_throttled 3",
+        "throttled_usec 1234",
+        "nr_bursts 1",
+        "burst_usec 77",
+        "",
+    ]
+    # a group the scheduler keeps no account of (no quota, no LAGS load): zeros, as CFS's
+    assert stat_of(line.format(f"9{cgid}", 8, 8)) == [
+        "usage_usec 100",
+        "nr_periods 0",
+        "nr_throttled 0",
+        "throttled_usec 0",
+        "nr_bursts 0",
+        "burst_usec 0",
+        "",
+    ]
 
 
 SCHEDULER_MISPLACED = [("--target", "host"), ("--target", "sim"), ("--target", "guest", "--show-command"),

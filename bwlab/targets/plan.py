@@ -239,25 +239,31 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
 # run and cpu.stat's nr_periods, nr_throttled, throttled_usec, nr_bursts and burst_usec stay
 # as they were: the scheduler counts them (scx/: the loader's -o file, a JSON object per
 # cgroup on a line of its own, keyed by the cgroup's id, its directory's inode number). A
-# group's stat is then cpu.stat less those lines, plus the scheduler's, read fresh: the loader
-# rewrites its file at once on SIGUSR1. usage_usec stays the kernel's own.
+# group's stat is then cpu.stat less those lines, plus the scheduler's, read fresh: on SIGUSR1
+# the loader writes them at once to FILE.now, which the reader removed before asking. A group
+# the scheduler keeps no account of (no quota, no LAGS load) has zeros. usage_usec stays the
+# kernel's own.
 SCHEDULER_STAT = "bwlab_sched_stat"
 SCHEDULER_FIELDS = ("nr_periods", "nr_throttled", "throttled_usec", "nr_bursts", "burst_usec")
 SCHED_EXT = "/sys/kernel/sched_ext"
 CGID_KEY = '"cgid": '
-# the line of the cgroup whose id ends `id`, its `wanted` fields as "name value" lines
+# the line of the cgroup whose id ends `id`: its `wanted` fields as "name value" lines; zeros
+# for a cgroup without one
 SCHEDULER_AWK = r"""index($0, id) {
+  found = 1
   gsub(/[{}",]/, "")
   for (i = 1; i < NF; i++) {
     k = substr($i, 1, length($i) - 1)
     if (index(" " wanted " ", " " k " ")) print k, $(i + 1)
   }
-}"""
+}
+END { if (!found) { n = split(wanted, names, " "); for (i = 1; i <= n; i++) print names[i], 0 } }"""
 
 
 def scheduler_start(name: str, bin_dir: str, t: str) -> list[str]:
     """Load the scheduler (its loader in the background, PID in BWLAB_SCHED) and wait until
-    the kernel says it is enabled (at most 20 s; else a BWLAB-ERROR); define SCHEDULER_STAT."""
+    the kernel says it is enabled (at most 20 s; else a BWLAB-ERROR and the plan returns: no
+    case runs under another scheduler than asked); define SCHEDULER_STAT."""
     q = shlex.quote
     stats, log = f"{t}/sched-stats.json", f"{t}/sched.log"
     keep = " ".join(f"-e ^{f}" for f in SCHEDULER_FIELDS)
@@ -267,15 +273,17 @@ def scheduler_start(name: str, bin_dir: str, t: str) -> list[str]:
         "n=0",
         f'while [ "$(cat {SCHED_EXT}/state 2>/dev/null)" != enabled ] || [ ! -s {stats} ]; do',
         "  n=$((n + 1)); if [ $n -gt 400 ] || ! kill -0 $BWLAB_SCHED 2>/dev/null; then",
-        f'    echo "BWLAB-ERROR scheduler {name} did not start: $(tail -n 1 {log})" >&3; break; fi',
+        f'    echo "BWLAB-ERROR scheduler {name} did not start: $(tail -n 1 {log})" >&3',
+        "    kill -INT $BWLAB_SCHED 2>/dev/null; return 0 2>/dev/null || exit 1; fi",
         "  usleep 50000",
         "done",
         f'echo "BWLAB-SCHEDULER $(cat {SCHED_EXT}/root/ops 2>/dev/null)" >&3',
         f"{SCHEDULER_STAT}() {{",
         f"  grep -v {keep} $1/cpu.stat",
-        f"  rm -f {stats}; kill -USR1 $BWLAB_SCHED; n=0",
-        f"  while [ ! -s {stats} ] && [ $n -lt 300 ]; do n=$((n + 1)); usleep 10000; done",
-        f"  awk -v id={q(CGID_KEY)}$(stat -c %i $1), -v wanted={q(wanted)} {q(SCHEDULER_AWK)} {stats}",
+        f"  rm -f {stats}.now; kill -USR1 $BWLAB_SCHED; n=0",
+        f"  while [ ! -s {stats}.now ] && [ $n -lt 300 ]; do n=$((n + 1)); usleep 10000; done",
+        f'  [ -s {stats}.now ] || echo "BWLAB-ERROR scheduler {name} wrote no counters in 3 s" >&3',
+        f"  awk -v id={q(CGID_KEY)}$(stat -c %i $1), -v wanted={q(wanted)} {q(SCHEDULER_AWK)} {stats}.now",
         "}",
     ]
 

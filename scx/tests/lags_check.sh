@@ -30,11 +30,16 @@ in_group() { local g=$1; shift; (echo $BASHPID > $cg/$g/cgroup.procs; exec "$@")
 for mode in off on; do
   lags=()
   [ $mode = on ] && lags=(-l lags-light -l lags-heavy)
+  rm -f "$out/stats.json"
   "$loader" "${lags[@]}" -o "$out/stats.json" -i 100 2>"$out/loader.log" & pid=$!
   for _ in $(seq 100); do
     [ "$(cat /sys/kernel/sched_ext/state)" = enabled ] && [ -s "$out/stats.json" ] && break
     sleep 0.1
   done
+  if [ "$(cat /sys/kernel/sched_ext/state)" != enabled ]; then
+    echo "lags_check: the scheduler did not start ($mode): $(tail -n 1 "$out/loader.log")" >&2
+    exit 1
+  fi
   declare -A u0
   for g in $groups; do u0[$g]=$(usage $g); done
   in_group lags-light "$wakelat" -m 1 -t 1 -r 100 -p -c 300 -w 1 -d "$seconds" > "$out/light.json" & light=$!
