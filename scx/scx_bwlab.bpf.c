@@ -26,7 +26,8 @@
  *    burst (cpu.max.burst); an overrun carries as debt, at most one quota. A charge for
  *    closed periods that comes after their refill (a CPU whose tick came later) first uses
  *    what they left and did not carry; only the rest is debt.
- *  - throttle: an account at or below zero throttles its cgroup. Its tasks are parked on the
+ *  - throttle: an account at or below zero throttles its cgroup, unless the period ends
+ *    within END_GRACE_NS (its overrun then is debt, as any). Its tasks are parked on the
  *    cgroup's own queue as they are enqueued or met on the shared queue, and a running one is
  *    stopped at its next tick: at most a tick of overrun per CPU, paid back as debt.
  *  - unthrottle: the period timer (CLOCK_MONOTONIC, absolute expiries on the grid) moves the
@@ -185,12 +186,24 @@ static __always_inline void skip_idle(struct account *a, u64 now)
 	a->closed_left = 0;
 }
 
+/*
+ * A throttle this close to the period's end is not worth it: the tasks would be parked until
+ * the boundary, less than this plus the timer's lateness, and the group runs on and pays the
+ * overrun (at most this per CPU) as debt. It is what a group at demand == quota meets: its
+ * runtime reaches zero at the very end of a period, after a period that ended a little over
+ * (the 10 ms table2 row under the scheduler, 2026-11-28: one throttle in 608 periods, 860 us
+ * long). 1 ms, at most a tenth of the period.
+ */
+#define END_GRACE_NS 1000000ULL
+
 static __always_inline void debit(struct account *a, u64 ns, u64 now)
 {
+	u64 grace = a->period_ns / 10 < END_GRACE_NS ? a->period_ns / 10 : END_GRACE_NS;
+
 	a->runtime -= (s64)ns;
 	a->used += ns;
 	a->usage_ns += ns;
-	if (a->runtime <= 0 && !a->throttled) {
+	if (a->runtime <= 0 && !a->throttled && now + grace < a->end) {
 		a->throttled = 1;
 		a->throttled_at = now;
 		if (!a->counted) {
