@@ -30,7 +30,7 @@ from bwlab.targets.base import RawRep
 from bwlab.workloads import command
 from bwlab.workloads.base import Resolved, stop_time_s
 
-from conftest import bwlab, needs_root, pids_with, run_in_busybox_root, steal_ticks, tool_or_skip
+from conftest import baseline_kernel, bwlab, needs_root, pids_with, run_in_busybox_root, steal_ticks, tool_or_skip
 
 # Spins on one thread for the given milliseconds of wall time, printing how many loops it
 # made and one "latency" sample per 100 ms; exits with the status given as argv[2].
@@ -312,11 +312,7 @@ def test_a_hung_program_keeps_the_cases_before_it_and_says_what_to_do(
 
 @pytest.mark.guest
 def test_in_a_guest(tmp_path: Path, spin: Path) -> None:
-    fetch = bwlab("kernel", "fetch", timeout=1800)  # cached after the first time
-    assert fetch.returncode == 0, fetch.stderr
-    build = bwlab("kernel", "build", "--baseline", timeout=3600)
-    assert build.returncode == 0, build.stderr[-2000:]
-    key = build.stdout.split()[0]
+    key = baseline_kernel()  # cached after the first time
     path = write_scenario(tmp_path, spin, run_ms=1000)
     proc = bwlab("run", str(path), "--target", "guest", "--kernel", key, "--out", str(tmp_path / "out"), timeout=900)
     assert proc.returncode == 0, proc.stderr

@@ -10,7 +10,7 @@ import pytest
 
 from bwlab.paths import DEBUG_CONFIG
 
-from conftest import bwlab
+from conftest import built_kernel, bwlab
 
 # last: the debug guest's stress (and, cold, the debug kernel's build) leaves this VM's timer
 # interrupts late for minutes after it ends, which the eBPF tests' bounds, measured on a quiet
@@ -20,10 +20,7 @@ pytestmark = [pytest.mark.guest, pytest.mark.last]
 
 @pytest.fixture(scope="module")
 def debug_key() -> str:
-    assert bwlab("kernel", "fetch", timeout=1800).returncode == 0
-    build = bwlab("kernel", "build", "--config", str(DEBUG_CONFIG), timeout=5400)
-    assert build.returncode == 0, build.stderr[-2000:]
-    return build.stdout.split()[0]
+    return built_kernel("--config", str(DEBUG_CONFIG), timeout=5400)
 
 
 def test_debug_kernel_has_the_checkers(debug_key: str, tmp_path: Path) -> None:

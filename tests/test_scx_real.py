@@ -24,7 +24,7 @@ import pytest
 from bwlab.paths import SCX_CONFIG
 from bwlab.workloads import programs
 
-from conftest import REPO, bwlab
+from conftest import REPO, built_kernel, bwlab
 
 pytestmark = pytest.mark.guest
 
@@ -33,13 +33,7 @@ SECONDS = 10  # each step: 100 periods of 100 ms
 
 @pytest.fixture(scope="module")
 def scx_key() -> str:
-    # the source first: on a cold machine this may be the first kernel test to run (the cold CI
-    # of 9e30b5d ran it before any other had fetched: "kernel source not fetched")
-    fetch = bwlab("kernel", "fetch", timeout=1800)
-    assert fetch.returncode == 0, fetch.stderr
-    build = bwlab("kernel", "build", "--baseline", "--config", str(SCX_CONFIG), timeout=3600)
-    assert build.returncode == 0, build.stderr[-2000:]
-    return build.stdout.split()[0]
+    return built_kernel("--baseline", "--config", str(SCX_CONFIG))
 
 
 @pytest.fixture(scope="module")
