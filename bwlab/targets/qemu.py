@@ -512,10 +512,9 @@ class QemuTarget:
         keep = out_dir / "boot" if self.keep else None
         name = scs[0].name if len(scs) == 1 else f"{scs[0].name}-and-{len(scs) - 1}-more"
         sched = self.scheduler.name if self.scheduler else None
-        text: str | None = None  # one scenario without a scheduler: build_initramfs renders it
         if len(scs) > 1:
             text = plan.render_plans(spec_lists, self._features(), boot_events(all_specs), sched)
-        elif sched:
+        else:
             text = plan.render_plan(spec_lists[0], self._features(), boot_events=boot_events(all_specs),
                                     scheduler=sched)  # fmt: skip
         what = scs[0].name if len(scs) == 1 else ", ".join(sc.name for sc in scs)
