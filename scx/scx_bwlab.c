@@ -235,6 +235,10 @@ int main(int argc, char **argv)
 		fprintf(stderr, "scx_bwlab: unexpected argument %s (-h: usage)\n", argv[optind]);
 		return 2;
 	}
+	if (out && snprintf(now_path, sizeof(now_path), "%s.now", out) >= (int)sizeof(now_path)) {
+		fprintf(stderr, "scx_bwlab: -o %s: path too long\n", out);
+		return 2;
+	}
 	mark_lags(-1); /* bad input first, before what the machine lacks */
 	if (access("/sys/kernel/sched_ext/state", R_OK)) {
 		fprintf(stderr, "scx_bwlab: this kernel has no sched_ext (CONFIG_SCHED_CLASS_EXT)\n");
@@ -297,9 +301,8 @@ int main(int argc, char **argv)
 		}
 		/* SIGUSR1: a reader wants the counters now. They go to FILE.now, which it removed
 		 * before asking: a write to FILE under way then could not answer it. */
-		if (sig == SIGUSR1 && out && (snprintf(now_path, sizeof(now_path), "%s.now", out) >= (int)sizeof(now_path) ||
-					      (err = save_stats(skel, fd, lags_fd, now_path, "running")))) {
-			fprintf(stderr, "scx_bwlab: cannot write %s.now\n", out);
+		if (sig == SIGUSR1 && out && (err = save_stats(skel, fd, lags_fd, now_path, "running"))) {
+			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", now_path, strerror(-err));
 			failed = exit_req = true;
 			break;
 		}
