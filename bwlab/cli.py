@@ -62,8 +62,15 @@ class Parser(argparse.ArgumentParser):
         raise SystemExit(2)
 
 
+def add_release_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--release", choices=list(kernel_source.RELEASES), default=kernel_source.DEFAULT_RELEASE,
+                   help=f"the fetched source: {kernel_source.DEFAULT_RELEASE} (default; the series' base) "
+                        "or 6.12 (sched_ext without cgroup_set_bandwidth; --baseline only)")  # fmt: skip
+
+
 def add_variant_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--kernel-src", metavar="DIR", help="use this kernel tree instead of the fetched one")
+    add_release_arg(p)
     default = DEFAULT_SERIES.relative_to(REPO_ROOT)
     p.add_argument("--series", metavar="PATH", help=f"patch series file (default {default})")
     p.add_argument("--baseline", action="store_true", help="build without any patches")
@@ -99,7 +106,8 @@ def build_parser() -> argparse.ArgumentParser:
 
     kernel = sub.add_parser("kernel", help="fetch, build, list and clean kernels")
     ksub = kernel.add_subparsers(dest="kernel_command", required=True, parser_class=Parser)
-    p = ksub.add_parser("fetch", help=f"download {kernel_source.PACKAGE} into the cache")
+    p = ksub.add_parser("fetch", help="download Debian's linux-source package into the cache")
+    add_release_arg(p)
     p.add_argument("--force", action="store_true", help="download again even if cached")
     p.set_defaults(func=Command("kernel", "cmd_fetch"))
     p = ksub.add_parser("build", help="build a kernel variant (cached by source, series, config)")

@@ -24,7 +24,7 @@
 static const char help_fmt[] =
 	"scx_bwlab: cpu.max enforced without throttling a group whose demand fits its quota.\n"
 	"\n"
-	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-l CGROUP]... [-p] [-v]\n"
+	"Usage: %s [-s SLICE_US] [-o FILE] [-i MS] [-l CGROUP]... [-v]\n"
 	"\n"
 	"  -s SLICE_US  slice of each run, 100..100000 us (default 5000)\n"
 	"  -o FILE      write the cgroups' counters there (JSON), every interval and at exit, and\n"
@@ -32,21 +32,19 @@ static const char help_fmt[] =
 	"  -i MS        the interval of -o, 10..60000 ms (default 1000)\n"
 	"  -l CGROUP    a latency-aware cgroup (LAGS), its path absolute or under /sys/fs/cgroup;\n"
 	"               up to 64; one not made yet is marked within an interval of its mkdir\n"
-	"  -p           on a kernel that does not hand cpu.max to sched_ext (before 6.17),\n"
-	"               schedule only SCHED_EXT tasks and leave the rest to CFS (default: refuse)\n"
-	"  -v           libbpf's debug messages\n"
+	"  -v           libbpf's messages (the verifier's log of a refused load)\n"
 	"  -h           this help\n";
 
 #define MAX_LAGS 64
 #define CGROUP2_MAGIC 0x63677270 /* CGROUP2_SUPER_MAGIC */
 
-static bool verbose, exit_req;
+static bool verbose, exit_req, quiet_load;
 static const char *lags_paths[MAX_LAGS];
 static int nr_lags;
 
 static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va_list args)
 {
-	if (level == LIBBPF_DEBUG && !verbose)
+	if ((level == LIBBPF_DEBUG && !verbose) || quiet_load)
 		return 0;
 	return vfprintf(stderr, format, args);
 }
@@ -189,9 +187,10 @@ int main(int argc, char **argv)
 {
 	unsigned long slice_us = 5000, interval_ms = 1000;
 	const char *out = NULL;
-	bool partial = false, ejected, failed = false;
+	bool ejected, failed = false;
 	struct scx_bwlab *skel;
 	struct bpf_link *link;
+	struct bpf_program *prog;
 	struct timespec pause;
 	char now_path[4096];
 	sigset_t sigs;
@@ -199,7 +198,7 @@ int main(int argc, char **argv)
 	__u64 ecode;
 	int opt, fd, lags_fd, err, ncpus;
 
-	while ((opt = getopt(argc, argv, "s:o:i:l:pvh")) != -1) {
+	while ((opt = getopt(argc, argv, ":s:o:i:l:vh")) != -1) {
 		switch (opt) {
 		case 's':
 			slice_us = number("-s", optarg, 100, 100000);
@@ -217,17 +216,17 @@ int main(int argc, char **argv)
 			}
 			lags_paths[nr_lags++] = optarg;
 			break;
-		case 'p':
-			partial = true;
-			break;
 		case 'v':
 			verbose = true;
 			break;
 		case 'h':
 			printf(help_fmt, basename(argv[0]));
 			return 0;
+		case ':':
+			fprintf(stderr, "scx_bwlab: -%c needs a value (-h: usage)\n", optopt);
+			return 2;
 		default:
-			fprintf(stderr, help_fmt, basename(argv[0]));
+			fprintf(stderr, "scx_bwlab: unknown option -%c (-h: usage)\n", optopt);
 			return 2;
 		}
 	}
@@ -245,17 +244,15 @@ int main(int argc, char **argv)
 		return 1;
 	}
 	/* Before opening: SCX_OPS_OPEN drops an op the kernel lacks with only a warning, and a
-	 * scheduler that takes every task without the bandwidth op leaves cpu.max unenforced. */
+	 * scheduler without the bandwidth op leaves cpu.max unenforced for every task it takes.
+	 * No partial mode either (SCX_OPS_SWITCH_PARTIAL): a SCHED_EXT task of a limited group
+	 * would run unlimited all the same, and the kernels without the op (6.12-6.16) lack the
+	 * kfuncs this scheduler calls (scx_bpf_dsq_insert is 6.13's; tests/test_scx_real.py). */
 	if (!__COMPAT_struct_has_field("sched_ext_ops", "cgroup_set_bandwidth")) {
-		if (!partial) {
-			fprintf(stderr, "scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers "
-					"(no sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups "
-					"with a cpu.max would run unlimited; refusing (-p: SCHED_EXT tasks only)\n");
-			return 1;
-		}
-		fprintf(stderr, "scx_bwlab: no cgroup_set_bandwidth in this kernel: scheduling SCHED_EXT tasks "
-				"only, without their groups' cpu.max; every other task stays on CFS under its "
-				"cpu.max\n");
+		fprintf(stderr, "scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers "
+				"(no sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups "
+				"with a cpu.max would run unlimited; refusing\n");
+		return 1;
 	}
 
 	libbpf_set_print(libbpf_print_fn);
@@ -276,9 +273,20 @@ int main(int argc, char **argv)
 	skel->rodata->slice_ns = slice_us * 1000;
 	skel->rodata->nr_cpus = ncpus;
 	skel->rodata->lags_enabled = nr_lags > 0;
-	if (partial)
-		skel->struct_ops.bwlab_ops->flags |= SCX_OPS_SWITCH_PARTIAL;
-	SCX_OPS_LOAD(skel, bwlab_ops, scx_bwlab, uei);
+	/* SCX_OPS_LOAD, but a refusal is one line (the verifier's log with -v), not an SCX_BUG */
+	UEI_SET_SIZE(skel, bwlab_ops, uei);
+	quiet_load = !verbose;
+	err = scx_bwlab__load(skel);
+	quiet_load = false;
+	if (err) {
+		fprintf(stderr, "scx_bwlab: the kernel refused the scheduler's BPF programs (%s): they are built "
+				"for 7.3's sched_ext%s\n", strerror(-err), verbose ? "" : " (-v: the verifier's log)");
+		scx_bwlab__destroy(skel);
+		return 1;
+	}
+	bpf_object__for_each_program(prog, skel->obj)
+		if (bpf_program__type(prog) != BPF_PROG_TYPE_STRUCT_OPS)
+			__scx_ops_assoc_prog(prog, skel->maps.bwlab_ops, "bwlab_ops");
 	lags_fd = bpf_map__fd(skel->maps.lags_groups);
 	mark_lags(lags_fd); /* before any task is scheduled */
 	link = SCX_OPS_ATTACH(skel, bwlab_ops, scx_bwlab);

@@ -41,13 +41,14 @@ def bwlab(*args: str, env: dict[str, str] | None = None, timeout: float = 600) -
     return subprocess.CompletedProcess(argv, proc.returncode, out, err)
 
 
-def built_kernel(*build_args: str, timeout: float = 3600) -> str:
-    """A lab kernel (`bwlab kernel build BUILD_ARGS`), its source fetched first and the kernel
-    built if it is not in the cache: its key. The fetch first: on a cold machine any kernel test
-    may be the first to run (the cold CI of 9e30b5d: "kernel source not fetched")."""
-    fetch = bwlab("kernel", "fetch", timeout=1800)
+def built_kernel(*build_args: str, timeout: float = 3600, release: str = "7.3") -> str:
+    """A lab kernel (`bwlab kernel build BUILD_ARGS`) of a release (`--release`), its source
+    fetched first and the kernel built if it is not in the cache: its key. The fetch first: on a
+    cold machine any kernel test may be the first to run (the cold CI of 9e30b5d: "kernel source
+    not fetched")."""
+    fetch = bwlab("kernel", "fetch", "--release", release, timeout=1800)
     assert fetch.returncode == 0, fetch.stderr
-    build = bwlab("kernel", "build", *build_args, timeout=timeout)
+    build = bwlab("kernel", "build", "--release", release, *build_args, timeout=timeout)
     assert build.returncode == 0, build.stderr[-2000:]
     return build.stdout.split()[0]
 

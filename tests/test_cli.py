@@ -37,6 +37,20 @@ def test_missing_kernel_source(tmp_path: Path) -> None:
     assert "kernel source not fetched" in line
 
 
+def test_kernel_release_errors(tmp_path: Path) -> None:
+    """--release 6.12: a baseline only (the series is against 7.3.4), not with --kernel-src, and
+    said how to fetch when it is not; an unknown release is argparse's one line."""
+    env = {"BWLAB_CACHE": str(tmp_path)}
+    line = one_line_error(bwlab("kernel", "build", "--release", "6.12", env=env))
+    assert line == "bwlab: error: --release 6.12 builds only with --baseline: the series is against 7.3.4", line
+    line = one_line_error(bwlab("kernel", "build", "--release", "6.12", "--kernel-src", str(tmp_path), env=env))
+    assert "--kernel-src and --release: name one source" in line
+    line = one_line_error(bwlab("kernel", "build", "--release", "6.12", "--baseline", env=env))
+    assert "kernel source not fetched: run 'bwlab kernel fetch --release 6.12'" in line
+    proc = bwlab("kernel", "fetch", "--release", "5.4", env=env)
+    assert proc.returncode == 2 and "invalid choice: '5.4'" in one_line_error(proc)
+
+
 def test_missing_kernel_tree(tmp_path: Path) -> None:
     line = one_line_error(bwlab("kernel", "build", "--kernel-src", str(tmp_path / "none")))
     assert "no such directory" in line

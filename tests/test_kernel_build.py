@@ -207,14 +207,15 @@ def test_two_fetches_at_once_fetch_once(empty_cache: Path, monkeypatch: pytest.M
     done: list[kernel_source.KernelSource] = []
     fetched: list[float] = []
 
-    def slow_fetch() -> kernel_source.KernelSource:
+    def slow_fetch(rel: kernel_source.Release) -> kernel_source.KernelSource:
+        assert rel.name == "7.3"
         fetched.append(time.monotonic())
         time.sleep(0.3)
         done.append(kernel_source.KernelSource(path=empty_cache / "src", version="7.3.4", origin="test"))
         return done[0]
 
     monkeypatch.setattr(kernel_source, "_fetch", slow_fetch)
-    monkeypatch.setattr(kernel_source, "cached_source", lambda: done[0] if done else None)
+    monkeypatch.setattr(kernel_source, "cached_source", lambda release: done[0] if done else None)
     got: list[kernel_source.KernelSource] = []
     workers = [threading.Thread(target=lambda: got.append(kernel_source.fetch())) for _ in range(2)]
     for w in workers:
@@ -222,3 +223,14 @@ def test_two_fetches_at_once_fetch_once(empty_cache: Path, monkeypatch: pytest.M
     for w in workers:
         w.join(10)
     assert len(fetched) == 1 and len(got) == 2 and got[0] == got[1]
+
+
+def test_releases_accept_their_versions() -> None:
+    """7.3 is the series' base exactly; 6.12 any stable update trixie carries (the archive keeps
+    only its newest)."""
+    assert kernel_source.release_of("7.3").accepts("7.3.4")
+    assert not kernel_source.release_of("7.3").accepts("7.3.5")
+    assert kernel_source.release_of("6.12").accepts("6.12.117")
+    assert not kernel_source.release_of("6.12").accepts("6.13.1")
+    with pytest.raises(BwlabError, match=r"unknown kernel release '5\.4'"):
+        kernel_source.release_of("5.4")

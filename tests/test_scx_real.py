@@ -49,7 +49,8 @@ def test_the_loader_refuses_what_it_cannot_do(loader: Path) -> None:
     assert not Path("/sys/kernel/sched_ext").exists()  # the host, as DEVELOPERS.md measured it
     res = subprocess.run([str(loader)], capture_output=True, text=True, timeout=30, check=False)
     assert res.returncode == 1 and res.stderr == "scx_bwlab: this kernel has no sched_ext (CONFIG_SCHED_CLASS_EXT)\n"
-    bad_input = (["-s", "0"], ["-s", "5ms"], ["-i", "-3"], ["extra"], ["-l", "/tmp"], ["-l", "/sys/fs/cgroup/unified"])
+    bad_input = (["-s", "0"], ["-s", "5ms"], ["-i", "-3"], ["extra"], ["-l", "/tmp"], ["-l", "/sys/fs/cgroup/unified"],
+                 ["-p"], ["-s"])  # fmt: skip
     for bad in bad_input:  # /sys/fs/cgroup/unified: this host's cgroup v2 root (DEVELOPERS.md)
         res = subprocess.run([str(loader), *bad], capture_output=True, text=True, timeout=30, check=False)
         assert res.returncode == 2 and res.stderr.count("\n") == 1 and res.stderr.startswith("scx_bwlab: "), (bad, res)
@@ -161,3 +162,31 @@ def test_a_scenario_runs_under_the_scheduler(scx_key: str, loader: Path, tmp_pat
     # not 0: a single throttle of 2.7-5.5 ms in about one run of ten at this 10 ms period
     # (docs/testing.md; cause not found; none at 100 ms in the guest check). 7.3.4's CFS: ~50 %.
     assert metrics["nr_throttled"] <= 3
+
+
+@pytest.fixture(scope="module")
+def old_sched_ext_key() -> str:
+    """Debian trixie's 6.12 (its stable update of the day) with the same sched_ext config: cgroup
+    callbacks, but no ops.cgroup_set_bandwidth (6.17)."""
+    return built_kernel("--baseline", "--config", str(SCX_CONFIG), release="6.12")
+
+
+@pytest.mark.untimed  # a count, not a time: a tenth of a CPU is overrun however busy the host
+def test_without_the_bandwidth_callback_it_refuses_and_cfs_keeps_cpu_max(old_sched_ext_key: str,
+                                                                           loader: Path) -> None:  # fmt: skip
+    """The safety rule on a real 6.12 kernel (sched_ext with cgroup callbacks, no
+    cgroup_set_bandwidth): the loader refuses in one line (a group's cpu.max would go
+    unenforced: the kernel hands it to no one), and CFS keeps throttling a group over its quota."""
+    script = f"bash {REPO / 'scx' / 'tests' / 'old_kernel_check.sh'} {loader} {programs.resolve('spin')}"
+    res = bwlab("guest", "exec", "--kernel", old_sched_ext_key, "--accel", "tcg", "--timeout", "300", "--",
+                "bash", "-c", script, timeout=600)  # fmt: skip
+    steps = _lines(res.stdout, "scx-old", "step")
+    assert set(steps) == {"refused", "cfs"}, (res.stdout[-3000:], res.stderr[-3000:])
+    refused, cfs = steps["refused"], steps["cfs"]
+    print(f"scx on 6.12: refused rc {refused['rc']}; CFS throttled the group {cfs['cfs_nr_throttled']} times in 2 s")
+    assert refused["rc"] == 1 and refused["state"] == "disabled", refused
+    assert refused["stderr"] == ("scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers (no "
+                                 "sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups with a "
+                                 "cpu.max would run unlimited; refusing\n"), refused  # fmt: skip
+    assert cfs["state"] == "disabled"
+    assert cfs["cfs_nr_throttled"] >= 10, cfs  # a tenth of a CPU, one busy thread: throttled every period

@@ -19,14 +19,21 @@ from bwlab.progress import console, step
 
 
 def kernel_source_of(args: argparse.Namespace, fetch: bool) -> kernel_source.KernelSource:
+    release = getattr(args, "release", kernel_source.DEFAULT_RELEASE)
     if args.kernel_src:
+        if release != kernel_source.DEFAULT_RELEASE:
+            raise BwlabError("--kernel-src and --release: name one source")
         return kernel_source.user_source(Path(args.kernel_src))
+    if release != kernel_source.DEFAULT_RELEASE and not getattr(args, "baseline", False):
+        raise BwlabError(f"--release {release} builds only with --baseline: the series is against "
+                         f"{kernel_source.RELEASES[kernel_source.DEFAULT_RELEASE].version_prefix}")  # fmt: skip
     if fetch:
-        with step(f"kernel source {kernel_source.PACKAGE}"):
-            return kernel_source.fetch()
-    cached = kernel_source.cached_source()
+        with step(f"kernel source {kernel_source.release_of(release).package}"):
+            return kernel_source.fetch(release=release)
+    cached = kernel_source.cached_source(release)
     if cached is None:
-        raise BwlabError("kernel source not fetched: run 'bwlab kernel fetch' or pass --kernel-src DIR")
+        again = "" if release == kernel_source.DEFAULT_RELEASE else f" --release {release}"
+        raise BwlabError(f"kernel source not fetched: run 'bwlab kernel fetch{again}' or pass --kernel-src DIR")
     return cached
 
 

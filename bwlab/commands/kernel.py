@@ -19,8 +19,9 @@ from bwlab.progress import step
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    with step(f"fetch {kernel_source.PACKAGE} from {kernel_source.SUITE}"):
-        src = kernel_source.fetch(force=args.force)
+    rel = kernel_source.release_of(args.release)
+    with step(f"fetch {rel.package} from {rel.suite}"):
+        src = kernel_source.fetch(force=args.force, release=rel.name)
     print(f"{src.version} {src.origin} {src.path}")
     return 0
 

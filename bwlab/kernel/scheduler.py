@@ -9,6 +9,7 @@ need not be the build machine's.
 
 from __future__ import annotations
 
+import fcntl
 import os
 import shutil
 import subprocess
@@ -46,6 +47,13 @@ def build(key: str) -> Path:
         raise BwlabError(f"the scheduler needs {missing[0]} (apt-get install clang-19 llvm-19 lld-19)")
     out = output_dir(key)
     out.mkdir(parents=True, exist_ok=True)
+    # one make at a time per output tree: the suite's parallel workers may both want the loader
+    with (out / ".lock").open("w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _make(out, src, vmlinux)
+
+
+def _make(out: Path, src: Path, vmlinux: Path) -> Path:
     log = out / "build.log"
     cmd = ["make", "-C", str(SOURCE), f"KSRC={src}", f"VMLINUX_BTF={vmlinux}", f"O={out}",
            f"LLVM={CLANG.removeprefix('clang')}", f"-j{os.cpu_count() or 1}"]  # fmt: skip

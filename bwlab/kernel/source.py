@@ -1,9 +1,12 @@
 """Kernel source: Debian's linux-source package fetched into the cache, or a user's tree.
 
-The package comes from a suite the system's apt sources do not list (trixie-backports on a
-bookworm host). We never touch the system's apt configuration: a private sources directory,
-list directory and package cache under the bwlab cache hold everything, and the archive URI
-is read from the system's own deb822 sources file so that no mirror is named here.
+Two releases: 7.3 (7.3.4, what the series is against; the default) and 6.12 (Debian trixie's
+kernel, whose sched_ext has cgroup callbacks but no `cgroup_set_bandwidth`: the kernel on which
+scx_bwlab must refuse to take tasks with a cpu.max). The package comes from a suite the system's
+apt sources do not list (trixie or trixie-backports on a bookworm host). We never touch the
+system's apt configuration: a private sources directory, list directory and package cache under
+the bwlab cache hold everything, and the archive URI is read from the system's own deb822
+sources file so that no mirror is named here.
 """
 
 from __future__ import annotations
@@ -21,9 +24,27 @@ from pathlib import Path
 from bwlab.errors import BwlabError
 from bwlab.paths import cache_root
 
-PACKAGE = "linux-source-7.3"
-SUITE = "trixie-backports"
-EXPECTED_VERSION = "7.3.4"
+
+@dataclass(frozen=True)
+class Release:
+    """A Debian linux-source package and the upstream versions it may hold."""
+
+    name: str  # "7.3": what --release takes
+    package: str
+    suite: str
+    version_prefix: str  # "7.3.4" exactly; "6.12." any stable update trixie carries
+
+    def accepts(self, version: str) -> bool:
+        if self.version_prefix.endswith("."):
+            return version.startswith(self.version_prefix)
+        return version == self.version_prefix
+
+
+RELEASES = {
+    "7.3": Release("7.3", "linux-source-7.3", "trixie-backports", "7.3.4"),
+    "6.12": Release("6.12", "linux-source-6.12", "trixie", "6.12."),
+}
+DEFAULT_RELEASE = "7.3"
 SYSTEM_SOURCES = Path("/etc/apt/sources.list.d/debian.sources")
 KEYRING = Path("/usr/share/keyrings/debian-archive-keyring.gpg")
 
@@ -106,26 +127,33 @@ def _sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def source_dir() -> Path:
-    return cache_root() / "src" / PACKAGE
+def release_of(name: str) -> Release:
+    try:
+        return RELEASES[name]
+    except KeyError:
+        raise BwlabError(f"unknown kernel release {name!r} (choose from {', '.join(RELEASES)})") from None
 
 
-def cached_source() -> KernelSource | None:
+def source_dir(release: str = DEFAULT_RELEASE) -> Path:
+    return cache_root() / "src" / release_of(release).package
+
+
+def cached_source(release: str = DEFAULT_RELEASE) -> KernelSource | None:
     """The fetched tree if a previous fetch completed, else None."""
-    tree = source_dir()
-    stamp = tree.parent / f"{PACKAGE}.json"
+    tree = source_dir(release)
+    stamp = tree.parent / f"{release_of(release).package}.json"
     if not stamp.is_file() or not tree.is_dir():
         return None
     meta = json.loads(stamp.read_text())
     return KernelSource(path=tree, version=meta["version"], origin=meta["origin"])
 
 
-def fetch(force: bool = False) -> KernelSource:
+def fetch(force: bool = False, release: str = DEFAULT_RELEASE) -> KernelSource:
     """Download and extract the Debian kernel source into the cache (idempotent). One fetch at
     a time per cache (a lock file beside the source): two at once (the test suite's parallel
     workers on a cold cache) would share apt's state and replace each other's tree."""
     if not force:
-        existing = cached_source()
+        existing = cached_source(release)
         if existing is not None:
             return existing
     lock = cache_root() / "src" / "fetch.lock"
@@ -133,39 +161,41 @@ def fetch(force: bool = False) -> KernelSource:
     with lock.open("w") as fh:
         fcntl.flock(fh, fcntl.LOCK_EX)
         try:
-            if not force and (existing := cached_source()) is not None:
+            if not force and (existing := cached_source(release)) is not None:
                 return existing  # fetched by the one we waited for
-            return _fetch()
+            return _fetch(release_of(release))
         finally:
             fcntl.flock(fh, fcntl.LOCK_UN)
 
 
-def _fetch() -> KernelSource:
+def _fetch(rel: Release) -> KernelSource:
     state = cache_root() / "apt"
     (state / "sources.list.d").mkdir(parents=True, exist_ok=True)
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     uri = read_archive_uri()
-    (state / "sources.list.d" / "bwlab-backports.sources").write_text(
-        f"Types: deb\nURIs: {uri}\nSuites: {SUITE}\nComponents: main\nSigned-By: {KEYRING}\n"
+    # one private list per suite: a fetch of one release never drops another's
+    (state / "sources.list.d" / f"bwlab-{rel.suite}.sources").write_text(
+        f"Types: deb\nURIs: {uri}\nSuites: {rel.suite}\nComponents: main\nSigned-By: {KEYRING}\n"
     )
+    (state / "sources.list.d" / "bwlab-backports.sources").unlink(missing_ok=True)  # before 6.12
     opts = _apt_options(state)
-    _run(["apt-get", *opts, "update"], f"apt-get update for {SUITE}")
-    policy = _run(["apt-cache", *opts, "policy", PACKAGE], f"apt-cache policy {PACKAGE}")
+    _run(["apt-get", *opts, "update"], f"apt-get update for {rel.suite}")
+    policy = _run(["apt-cache", *opts, "policy", rel.package], f"apt-cache policy {rel.package}")
     candidate = re.search(r"Candidate:\s*(\S+)", policy)
     if not candidate or candidate.group(1) == "(none)":
-        raise BwlabError(f"{PACKAGE} is not available from {SUITE}")
+        raise BwlabError(f"{rel.package} is not available from {rel.suite}")
     deb_version = candidate.group(1)
 
-    dest = source_dir()
+    dest = source_dir(rel.name)
     dest.parent.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="fetch-", dir=dest.parent) as tmp_name:
         tmp = Path(tmp_name)
-        _run(["apt-get", *opts, "download", f"{PACKAGE}={deb_version}"],
-             f"download {PACKAGE}", cwd=tmp)  # fmt: skip
-        debs = list(tmp.glob(f"{PACKAGE}_*.deb"))
+        _run(["apt-get", *opts, "download", f"{rel.package}={deb_version}"],
+             f"download {rel.package}", cwd=tmp)  # fmt: skip
+        debs = list(tmp.glob(f"{rel.package}_*.deb"))
         if len(debs) != 1:
-            raise BwlabError(f"download of {PACKAGE} produced no .deb file")
+            raise BwlabError(f"download of {rel.package} produced no .deb file")
         deb_sha = _sha256(debs[0])
         _run(["dpkg-deb", "-x", str(debs[0]), str(tmp / "pkg")], f"unpack {debs[0].name}")
         tarballs = list((tmp / "pkg" / "usr" / "src").glob("linux-source-*.tar.*"))
@@ -177,13 +207,13 @@ def _fetch() -> KernelSource:
         if len(trees) != 1:
             raise BwlabError(f"{tarballs[0].name} did not unpack to one linux-source tree")
         version = tree_version(trees[0])
-        if version != EXPECTED_VERSION:
-            raise BwlabError(f"{PACKAGE} {deb_version} is Linux {version}, expected {EXPECTED_VERSION}")
+        if not rel.accepts(version):
+            raise BwlabError(f"{rel.package} {deb_version} is Linux {version}, expected {rel.version_prefix}")
         if dest.exists():
             shutil.rmtree(dest)
         trees[0].rename(dest)
-    origin = f"debian:{PACKAGE}={deb_version}"
-    (dest.parent / f"{PACKAGE}.json").write_text(
+    origin = f"debian:{rel.package}={deb_version}"
+    (dest.parent / f"{rel.package}.json").write_text(
         json.dumps({"version": version, "origin": origin, "deb_sha256": deb_sha}, indent=1)
     )
     return KernelSource(path=dest, version=version, origin=origin)
