@@ -130,3 +130,14 @@ def test_a_layout_that_reads_another_quota_is_not_trusted() -> None:
     assert kstate.layout_problem([20000, 50000], 50000) is None  # the quota changed while watched
     said = kstate.layout_problem([7], 50000)
     assert said is not None and "(7 us) is not the group's (50000 us)" in said
+
+
+def test_a_kernel_of_another_release_has_no_layout(tmp_path: Path) -> None:
+    """The fields are 7.3's (6.12 has no cfs_rq.h_nr_queued): another release's guest boots
+    without a layout file instead of failing to compile one (the 6.12 sched_ext safety test)."""
+    from bwlab.kernel.build import KernelImage
+
+    image = KernelImage(key="6.12.117-bb9f7853629d", bzimage=tmp_path / "bzImage", version="6.12.117",
+                        release="6.12.117", origin="debian:linux-source-6.12=6.12.117-1", series_digest="",
+                        patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+    assert layout.ensure(image) is None
