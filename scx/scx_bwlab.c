@@ -308,7 +308,11 @@ int main(int argc, char **argv)
 			break;
 		}
 		/* SIGUSR1: a reader wants the counters now. They go to FILE.now, which it removed
-		 * before asking: a write to FILE under way then could not answer it. */
+		 * before asking: a write to FILE under way then could not answer it. -l groups made
+		 * since are marked first: a reader that made one and asked before starting its tasks
+		 * (bwlab's plan) starts them in a marked group. */
+		if (sig == SIGUSR1)
+			mark_lags(lags_fd);
 		if (sig == SIGUSR1 && out && (err = save_stats(skel, fd, lags_fd, now_path, "running"))) {
 			fprintf(stderr, "scx_bwlab: cannot write %s: %s\n", now_path, strerror(-err));
 			failed = exit_req = true;

@@ -11,6 +11,7 @@ import pytest
 from bwlab.errors import BwlabError
 from bwlab.kernel import build as kernel_build
 from bwlab.kernel import export
+from bwlab.paths import DEFAULT_SERIES as LAB_SERIES
 from bwlab.paths import LAGS_SERIES, POSTED_SERIES
 
 PATCH = f"""From 0123 Mon Sep 17 00:00:00 2001
@@ -130,8 +131,25 @@ def test_git_identity_comes_from_git_config(tmp_path: Path, monkeypatch: pytest.
 def test_own_patches_of_the_shipped_series() -> None:
     posted = kernel_build.read_series(POSTED_SERIES)
     assert export.own_patches(posted) == len(posted.patches)
-    lags = kernel_build.read_series(LAGS_SERIES)
-    assert export.own_patches(lags) == 3 and len(lags.patches) == len(posted.patches) + 3
+    lags = kernel_build.read_series(LAGS_SERIES)  # its own base: v7.3.4, nothing under it
+    assert export.own_patches(lags) == 3 and len(lags.patches) == 3
+
+
+def test_the_lab_kernels_lags_is_the_posted_lags_rebased() -> None:
+    """kernel/lab/lags/ (LAGS on the bandwidth series, what the lab kernel builds) and
+    kernel/lags/ (LAGS on v7.3.4) change the same lines: only their context and line numbers
+    differ. An edit to one without the other fails here."""
+    lab = kernel_build.read_series(LAB_SERIES)
+    rebased = [p for p in lab.patches if p.parent.name == "lags"]
+    posted = kernel_build.read_series(LAGS_SERIES).patches
+    assert [p.name for p in rebased] == [p.name for p in posted]
+
+    def changed(patch: Path) -> list[str]:
+        diff = patch.read_text().split("\n---\n", 1)[1]
+        return [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+
+    for a, b in zip(rebased, posted, strict=True):
+        assert changed(a) == changed(b), a.name
 
 
 def test_own_patches_wants_prerequisites_first_and_a_patch_of_its_own(tmp_path: Path) -> None:

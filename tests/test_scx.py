@@ -71,6 +71,24 @@ def test_a_plan_under_a_scheduler_loads_it_and_reads_its_counters() -> None:
     assert out.scheduler == "bwlab" and out.done
 
 
+def test_lags_goes_to_the_loader_under_a_scheduler() -> None:
+    """lags-pick under --scheduler: the groups of the cases with latency_awareness 1 are the
+    loader's -l, and no workload is told to write cpu.latency_awareness (the in-kernel LAGS'
+    file, absent there); without a scheduler the workload writes it as before."""
+    specs = scenario.load(scenario.builtin_path("lags-pick")).resolve(2)
+    aware = [ci for ci, spec in enumerate(specs) if spec.workload.resolved.get("latency_awareness") == 1]
+    assert aware == [1, 3, 5]
+    text = plan.render_plan(specs, scheduler="scx_bwlab")
+    loader = next(line for line in text.splitlines() if line.startswith("/bin/scx_bwlab "))
+    wanted = [f"/sys/fs/cgroup/bwlab-{ci}-{rep}" for ci in aware for rep in range(3)]
+    assert loader.split(" 2> ")[0].split(" -l ")[1:] == wanted, loader
+    assert " -L " not in text
+    assert text.count(" -L 1 ") == 0 and plan.render_plan(specs).count(" -L 1 ") == 9  # 3 cases x 3 reps
+    many = scenario.load(scenario.builtin_path("lags-pick"), {"repetitions": 22}).resolve(2)
+    with pytest.raises(BwlabError, match=r"66 latency-aware groups .* at most 64"):
+        plan.render_plan(many, scheduler="scx_bwlab")
+
+
 def test_the_scheduler_stat_reads_the_groups_own_line(tmp_path: Path) -> None:
     """The stat function (busybox sh and awk, as in the guest) on a group directory and a
     stats file like the loader's: the group's line and no other's (an id that ends the same)."""

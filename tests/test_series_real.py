@@ -77,15 +77,19 @@ def test_series_is_non_empty_and_documented() -> None:
 @pytest.mark.untimed
 def test_posted_series_has_no_switches_and_the_lab_patch_adds_every_one() -> None:
     """The posted patches, LAGS, the slush fund and the lock-free RFC carry no sched_feat; each
-    series starts with the one it was written on, and the lab's series is the last of them,
+    series starts with the one it was written on (LAGS, its own series on v7.3.4, rebased on the
+    bandwidth series in kernel/lab/lags/ for the lab), and the lab's series is the last of them,
     lockfree, plus the lab's own patches on top: the first introduces every switch a policy
     writes, the second the late period timer of the lost-refill scenario (its sysctl)."""
     from bwlab.kernel import policies
 
-    for patch in LOCKFREE.patches:
+    for patch in LOCKFREE.patches + LAGS.patches:
         assert "SCHED_FEAT(" not in patch.read_text() and "sched_feat(" not in patch.read_text(), patch.name
-    assert LAGS.patches[: len(POSTED.patches)] == POSTED.patches
-    assert SLUSH.patches[: len(LAGS.patches)] == LAGS.patches and len(SLUSH.patches) == len(LAGS.patches) + 1
+    assert all(p.parent == LAGS_SERIES.parent for p in LAGS.patches)
+    lab_lags = SLUSH.patches[len(POSTED.patches) : -1]
+    assert [p.name for p in lab_lags] == [p.name for p in LAGS.patches]
+    assert all(p.parent.name == "lags" and p.parent.parent.name == "lab" for p in lab_lags)
+    assert SLUSH.patches[: len(POSTED.patches)] == POSTED.patches
     assert LOCKFREE.patches[: len(SLUSH.patches)] == SLUSH.patches
     assert len(LOCKFREE.patches) == len(SLUSH.patches) + 1
     assert SERIES.patches[: len(LOCKFREE.patches)] == LOCKFREE.patches
@@ -123,7 +127,7 @@ def test_series_applies_with_git_am(source: kernel_source.KernelSource, tmp_path
 def test_checkpatch_strict_is_clean(source: kernel_source.KernelSource) -> None:
     checkpatch = source.path / "scripts" / "checkpatch.pl"
     maintainers = (source.path / "MAINTAINERS").read_text(errors="replace")
-    for patch in SERIES.patches:
+    for patch in (*SERIES.patches, *LAGS.patches):  # LAGS' own series on v7.3.4 too
         # the source is a release tarball without history, so a Fixes: id cannot be looked up;
         # "does MAINTAINERS need updating?" only where an entry covers the new file (export's rule)
         ignore = export.checkpatch_ignore(patch.read_text(), maintainers)
@@ -232,6 +236,18 @@ def _usage(tests: Selftests, name: str) -> int:
     return int(match.group(1))
 
 
+@pytest.mark.untimed  # the files' rules, no share or time in it
+def test_lags_alone_on_v7_3_4_builds_and_its_files_work(baseline_key: str, tmp_path: Path) -> None:
+    """LAGS' own series (nothing of the bandwidth series under it) builds on v7.3.4, from the
+    baseline's objects, and its cgroup interface works in a guest: the files test of test_cpu.
+    Its timed tests (credit, fair shares) run on the lab kernel, the same changes rebased
+    (test_kernel_export.py::test_the_lab_kernels_lags_is_the_posted_lags_rebased)."""
+    build = bwlab("kernel", "build", "--series", str(LAGS_SERIES), timeout=3600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    tests = _kselftest(build.stdout.split()[0], tmp_path, *only("test_cpucg_latency_awareness_files"))
+    assert tests["test_cpucg_latency_awareness_files"] == "pass", tests.why("test_cpucg_latency_awareness_files")
+
+
 def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patched_key: str,
                                                          tmp_path: Path) -> None:  # fmt: skip
     # 7.3's default sched/cgroup_mode (concur) weighs a group by its runnable tasks, which
@@ -280,11 +296,10 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
 
 
 @pytest.mark.untimed
-def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_source.KernelSource,
-                                                                 tmp_path: Path) -> None:  # fmt: skip
-    """LAGS is posted as its own series: its 3 patches and cover letter, base-commit v7.3.4 and a
-    prerequisite-patch-id per bandwidth patch; `git am` of them on the bandwidth series' tip
-    gives the tree of the whole series."""
+def test_lags_exports_as_its_own_series_on_v7_3_4(source: kernel_source.KernelSource, tmp_path: Path) -> None:
+    """LAGS is posted as its own series on v7.3.4 alone: its 3 patches and cover letter,
+    base-commit v7.3.4, no prerequisite (nothing of the bandwidth series under it); `git am` of
+    them on v7.3.4 gives the exported tree."""
     config = tmp_path / "gitconfig"
     config.write_text("[user]\n\tname = Ada Lovelace\n\temail = ada@example.org\n")
     env = {"GIT_CONFIG_GLOBAL": str(config), "GIT_CONFIG_NOSYSTEM": "1"}
@@ -292,20 +307,20 @@ def test_lags_exports_as_its_own_patches_on_the_bandwidth_series(source: kernel_
     proc = bwlab("kernel", "export", str(out), "--series", str(LAGS_SERIES), "--keep-tree", str(tree), env=env,
                  timeout=1800)  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-3000:]
-    own = len(LAGS.patches) - len(POSTED.patches)
-    assert f"(+{len(POSTED.patches)} prerequisite patches)" in proc.stdout
+    own = len(LAGS.patches)
+    assert own == 3 and "prerequisite" not in proc.stdout
     files = sorted(out.glob("*.patch"))
     assert len(files) == own + 1
     cover = files[0].read_text()
     assert f"Subject: [RFC PATCH 0/{own}] " in cover and "*** " not in cover
     assert "\nbase-commit: b68665838251cfaba94c4e611c3093150d6aec4a\n" in cover
-    assert cover.count("\nprerequisite-patch-id: ") == len(POSTED.patches)
+    assert "prerequisite-patch-id" not in cover
 
     def git(*args: str) -> subprocess.CompletedProcess[str]:
         return subprocess.run(["git", *args], cwd=tree, capture_output=True, text=True, check=False,
                               env={"PATH": "/usr/bin:/bin", "HOME": str(tmp_path), **env})  # fmt: skip
 
-    assert git("checkout", "-q", "-b", "check", f"bwlab~{own}").returncode == 0
+    assert git("checkout", "-q", "-b", "check", "v7.3.4").returncode == 0
     am = git("am", "-q", *map(str, files[1:]))
     assert am.returncode == 0, am.stderr
     assert git("diff", "--quiet", "bwlab", "check").returncode == 0

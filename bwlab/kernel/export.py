@@ -7,7 +7,7 @@ git's shortlog and diffstat), `base-commit:`, To/Cc from the tree's get_maintain
 runs checkpatch.pl --strict on every patch. Optionally the cover letter gets a table printed by
 `bwlab compare` of two result files, measured in one run.
 
-A series that lists another series' patches first (kernel/lags/series names ../patches/*) is
+A series that lists another series' patches first (a series written on the bandwidth series) is
 posted as its own patches on top of those: they are applied, but only the series' own patches
 are written, with `prerequisite-patch-id:` lines for the others after `base-commit:`.
 """

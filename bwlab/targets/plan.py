@@ -138,7 +138,12 @@ def render_plan(specs: list[RunSpec], features: list[str] | None = None, layout:
         if sampled:  # cgsample reads cpu.stat's counters, which stay frozen under sched_ext
             raise BwlabError(f"case {sampled[0]}: the sample side action reads cpu.stat's throttle counters, "
                              f"which a sched_ext scheduler ({scheduler}) does not keep")  # fmt: skip
-        lines += scheduler_start(scheduler, bin_dir, t)
+        lags = lags_groups(specs, layout, prefix)
+        specs = [lags_to_the_scheduler(spec) for spec in specs]
+        if len(lags) > MAX_LAGS_GROUPS:
+            raise BwlabError(f"{len(lags)} latency-aware groups (cases x repetitions): {scheduler} takes at most "
+                             f"{MAX_LAGS_GROUPS}")  # fmt: skip
+        lines += scheduler_start(scheduler, bin_dir, t, lags)
     if features and restore:
         saved = f'for f in $(cat {SCHED_FEATURES}); do echo "echo $f > {SCHED_FEATURES}"; done'
         lines.append(f"{saved} >> {t}/restore.sh")
@@ -260,16 +265,47 @@ SCHEDULER_AWK = r"""index($0, id) {
 END { if (!found) { n = split(wanted, names, " "); for (i = 1; i <= n; i++) print names[i], 0 } }"""
 
 
-def scheduler_start(name: str, bin_dir: str, t: str) -> list[str]:
+# LAGS under a scheduler: a workload's `latency_awareness` (picks, funcs) writes
+# cpu.latency_awareness, the in-kernel LAGS' file, into the groups it makes. A sched_ext
+# scheduler takes the opt-in from its loader instead (scx_bwlab -l GROUP: the group and every
+# group under it), so under a scheduler the workload runs without it and the case's groups
+# with latency_awareness = 1 go to the loader. Its subtree is wider than the file's: picks'
+# plain group, under the same case group, is latency-aware too (docs/scx.md).
+LAGS_PARAM = "latency_awareness"
+MAX_LAGS_GROUPS = 64  # scx_bwlab's -l limit
+
+
+def lags_to_the_scheduler(spec: RunSpec) -> RunSpec:
+    """The spec with its workload's `latency_awareness` left out of its command."""
+    w = spec.workload
+    if w.resolved.get(LAGS_PARAM) is None:
+        return spec
+    resolved = dataclasses.replace(w.resolved, values={k: v for k, v in w.resolved.values.items() if k != LAGS_PARAM})
+    argv = w.plugin.argv(resolved, spec.ncpu, spec.duration_s)
+    return dataclasses.replace(spec, workload=dataclasses.replace(w, argv=argv, resolved=resolved))
+
+
+def lags_groups(specs: list[RunSpec], layout: Layout, prefix: str) -> list[str]:
+    """The top group of every repetition of the cases whose workload asks for LAGS (its
+    `latency_awareness` is 1)."""
+    return [group_shell(layout, f"{prefix}{ci}-{rep}", spec).dirs[0]
+            for ci, spec in enumerate(specs) if spec.workload.resolved.get(LAGS_PARAM) == 1
+            for rep in range(spec.repetitions)]  # fmt: skip
+
+
+def scheduler_start(name: str, bin_dir: str, t: str, lags: list[str] | None = None) -> list[str]:
     """Load the scheduler (its loader in the background, PID in BWLAB_SCHED) and wait until
     the kernel says it is enabled (at most 20 s; else a BWLAB-ERROR and the plan returns: no
-    case runs under another scheduler than asked); define SCHEDULER_STAT."""
+    case runs under another scheduler than asked); define SCHEDULER_STAT. `lags`: groups the
+    loader opts in to LAGS (-l), made later by their cases: each case's first SCHEDULER_STAT
+    (before its workload starts) has the loader mark them (it marks before it answers)."""
     q = shlex.quote
     stats, log = f"{t}/sched-stats.json", f"{t}/sched.log"
     keep = " ".join(f"-e ^{f}" for f in SCHEDULER_FIELDS)
     wanted = " ".join(SCHEDULER_FIELDS)
+    opt_in = "".join(f" -l {q(g)}" for g in lags or [])
     return [
-        f"{bin_dir}/{name} -o {stats} -i 1000 2> {log} & BWLAB_SCHED=$!",
+        f"{bin_dir}/{name} -o {stats} -i 1000{opt_in} 2> {log} & BWLAB_SCHED=$!",
         "n=0",
         f'while [ "$(cat {SCHED_EXT}/state 2>/dev/null)" != enabled ] || [ ! -s {stats} ]; do',
         "  n=$((n + 1)); if [ $n -gt 400 ] || ! kill -0 $BWLAB_SCHED 2>/dev/null; then",
