@@ -63,9 +63,9 @@ class Parser(argparse.ArgumentParser):
 
 
 def add_release_arg(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--release", choices=list(kernel_source.RELEASES), default=kernel_source.DEFAULT_RELEASE,
+    p.add_argument("--release", choices=list(kernel_source.RELEASES),
                    help=f"the fetched source: {kernel_source.DEFAULT_RELEASE} (default; the series' base) "
-                        "or 6.12 (sched_ext without cgroup_set_bandwidth; --baseline only)")  # fmt: skip
+                        "or 6.12 (sched_ext without cgroup_set_bandwidth; builds take --baseline)")  # fmt: skip
 
 
 def add_variant_args(p: argparse.ArgumentParser) -> None:

@@ -49,6 +49,27 @@ static int libbpf_print_fn(enum libbpf_print_level level, const char *format, va
 	return vfprintf(stderr, format, args);
 }
 
+/* /sys/kernel/sched_ext/state's word (and the ops loaded, if any) for a message */
+static const char *sched_ext_state(char *buf, size_t len)
+{
+	FILE *f = fopen("/sys/kernel/sched_ext/state", "r");
+	char ops[32] = "";
+
+	if (!f || !fgets(buf, len, f))
+		snprintf(buf, len, "unknown");
+	if (f)
+		fclose(f);
+	buf[strcspn(buf, "\n")] = 0;
+	f = fopen("/sys/kernel/sched_ext/root/ops", "r");
+	if (f && fgets(ops, sizeof(ops), f)) {
+		ops[strcspn(ops, "\n")] = 0;
+		snprintf(buf + strlen(buf), len - strlen(buf), ", %s loaded", ops);
+	}
+	if (f)
+		fclose(f);
+	return buf;
+}
+
 /* A -l path: absolute, or under /sys/fs/cgroup. */
 static const char *path_of(const char *arg, char *buf, size_t len)
 {
@@ -191,6 +212,7 @@ int main(int argc, char **argv)
 	struct scx_bwlab *skel;
 	struct bpf_link *link;
 	struct bpf_program *prog;
+	char msg[128], state[64];
 	struct timespec pause;
 	char now_path[4096];
 	sigset_t sigs;
@@ -250,7 +272,7 @@ int main(int argc, char **argv)
 	 * kfuncs this scheduler calls (scx_bpf_dsq_insert is 6.13's; tests/test_scx_real.py). */
 	if (!__COMPAT_struct_has_field("sched_ext_ops", "cgroup_set_bandwidth")) {
 		fprintf(stderr, "scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers "
-				"(no sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups "
+				"(no sched_ext_ops.cgroup_set_bandwidth, added in 6.17): tasks of groups "
 				"with a cpu.max would run unlimited; refusing\n");
 		return 1;
 	}
@@ -279,8 +301,12 @@ int main(int argc, char **argv)
 	err = scx_bwlab__load(skel);
 	quiet_load = false;
 	if (err) {
-		fprintf(stderr, "scx_bwlab: the kernel refused the scheduler's BPF programs (%s): they are built "
-				"for 7.3's sched_ext%s\n", strerror(-err), verbose ? "" : " (-v: the verifier's log)");
+		libbpf_strerror(err, msg, sizeof(msg));
+		if (err == -EPERM)
+			fprintf(stderr, "scx_bwlab: loading BPF programs needs root (CAP_BPF, CAP_SYS_ADMIN): %s\n", msg);
+		else
+			fprintf(stderr, "scx_bwlab: the kernel refused the scheduler's BPF programs (%s): they are "
+					"built for 7.3's sched_ext%s\n", msg, verbose ? "" : " (-v: the verifier's log)");
 		scx_bwlab__destroy(skel);
 		return 1;
 	}
@@ -289,7 +315,21 @@ int main(int argc, char **argv)
 			__scx_ops_assoc_prog(prog, skel->maps.bwlab_ops, "bwlab_ops");
 	lags_fd = bpf_map__fd(skel->maps.lags_groups);
 	mark_lags(lags_fd); /* before any task is scheduled */
-	link = SCX_OPS_ATTACH(skel, bwlab_ops, scx_bwlab);
+	/* SCX_OPS_ATTACH, but a refusal is one line: another sched_ext scheduler is loaded, or
+	 * the last one is still leaving (EEXIST, EBUSY), or ops.init failed */
+	__SCX_OPS_DISABLE_AUTOATTACH(skel, bwlab_ops);
+	quiet_load = !verbose;
+	err = scx_bwlab__attach(skel);
+	link = err ? NULL : bpf_map__attach_struct_ops(skel->maps.bwlab_ops);
+	err = err ?: (link ? 0 : -errno);
+	quiet_load = false;
+	if (err) {
+		libbpf_strerror(err, msg, sizeof(msg));
+		fprintf(stderr, "scx_bwlab: the kernel did not enable the scheduler (%s; sched_ext state: %s)\n", msg,
+			sched_ext_state(state, sizeof(state)));
+		scx_bwlab__destroy(skel);
+		return 1;
+	}
 	fd = bpf_map__fd(skel->maps.accounts);
 	fprintf(stderr, "scx_bwlab: loaded (slice %lu us)\n", slice_us);
 

@@ -146,7 +146,8 @@ def test_the_lab_kernels_lags_is_the_posted_lags_rebased() -> None:
 
     def changed(patch: Path) -> list[str]:
         diff = patch.read_text().split("\n---\n", 1)[1]
-        return [line for line in diff.splitlines() if line[:1] in "+-" and not line.startswith(("+++", "---"))]
+        lines = diff.splitlines()
+        return [s for s in lines if s.startswith("diff --git") or (s[:1] in "+-" and not s.startswith(("+++", "---")))]
 
     for a, b in zip(rebased, posted, strict=True):
         assert changed(a) == changed(b), a.name

@@ -132,12 +132,33 @@ def test_a_layout_that_reads_another_quota_is_not_trusted() -> None:
     assert said is not None and "(7 us) is not the group's (50000 us)" in said
 
 
-def test_a_kernel_of_another_release_has_no_layout(tmp_path: Path) -> None:
+def test_a_kernel_of_another_release_has_no_layout(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """The fields are 7.3's (6.12 has no cfs_rq.h_nr_queued): another release's guest boots
-    without a layout file instead of failing to compile one (the 6.12 sched_ext safety test)."""
-    from bwlab.kernel.build import KernelImage
+    without a layout file, its build tree (with bandwidth control) never compiled against
+    them (the 6.12 sched_ext safety test); a 7.3 kernel's tree with the same files is."""
+    from bwlab.kernel import build as kernel_build
 
-    image = KernelImage(key="6.12.117-bb9f7853629d", bzimage=tmp_path / "bzImage", version="6.12.117",
-                        release="6.12.117", origin="debian:linux-source-6.12=6.12.117-1", series_digest="",
-                        patches=(), config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
-    assert layout.ensure(image) is None
+    monkeypatch.setenv("BWLAB_CACHE", str(tmp_path / "cache"))
+    compiled: list[list[str]] = []
+
+    def compile_it(cmd: list[str], **kwargs: object) -> object:
+        compiled.append(cmd)
+        raise RuntimeError("compiled")
+
+    monkeypatch.setattr(layout.subprocess, "run", compile_it)
+    for key, version in (("6.12.117-bb9f7853629d", "6.12.117"), ("7.3.4-a1ba6066e59b", "7.3.4")):
+        out = kernel_build.builds_dir() / key / "src" / "out"
+        (out / "kernel" / "sched").mkdir(parents=True)
+        (out / "kernel" / "sched" / ".fair.o.cmd").write_text(
+            "cmd_kernel/sched/fair.o := gcc -O2 -c -o fair.o fair.c\n"
+        )
+        (out / ".config").write_text("CONFIG_CFS_BANDWIDTH=y\n")
+        image = kernel_build.KernelImage(key=key, bzimage=tmp_path / key / "bzImage", version=version,
+                                         release=version, origin="test", series_digest="", patches=(),
+                                         config_digest="", hz=250, build_seconds=0.0)  # fmt: skip
+        if version.startswith("6.12"):
+            assert layout.ensure(image) is None and not compiled
+        else:
+            with pytest.raises(RuntimeError, match="compiled"):
+                layout.ensure(image)
+            assert len(compiled) == 1

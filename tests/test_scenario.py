@@ -42,6 +42,15 @@ def test_builtin_scenarios_load_and_resolve(name: str) -> None:
         assert len({s.case for s in specs}) == len(specs)
 
 
+def test_the_benchmarks_scenarios_load_and_resolve() -> None:
+    """benchmarks/scenarios/ (run by the benchmark scripts by path): the same checks."""
+    found = sorted((Path(__file__).parent.parent / "benchmarks" / "scenarios").glob("*.toml"))
+    assert found
+    for path in found:
+        specs = scenario.load(path).resolve(2, 250)
+        assert specs and len({s.case for s in specs}) == len(specs), path
+
+
 def test_builtins_shipped() -> None:
     assert {"table2", "rewrite-storm", "slice", "cglat"} <= set(scenario.builtin_names())
 

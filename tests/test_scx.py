@@ -78,6 +78,7 @@ def test_lags_goes_to_the_loader_under_a_scheduler() -> None:
     specs = scenario.load(scenario.builtin_path("lags-pick")).resolve(2)
     aware = [ci for ci, spec in enumerate(specs) if spec.workload.resolved.get("latency_awareness") == 1]
     assert aware == [1, 3, 5]
+    assert plan.lags_cases(specs) == [specs[ci].case for ci in aware]
     text = plan.render_plan(specs, scheduler="scx_bwlab")
     loader = next(line for line in text.splitlines() if line.startswith("/bin/scx_bwlab "))
     wanted = [f"/sys/fs/cgroup/bwlab-{ci}-{rep}" for ci in aware for rep in range(3)]

@@ -92,9 +92,21 @@ def _lines(stdout: str, tag: str, key: str) -> dict[str, dict[str, Any]]:
 def test_cpu_max_is_enforced_without_throttling_what_fits(guest_checks: subprocess.CompletedProcess[str]) -> None:
     res = guest_checks
     steps = _lines(res.stdout, "scx-check", "step")
-    assert set(steps) == {"loaded", "at-quota", "twice-the-quota", "stopped", "cfs-after"}, (
+    assert set(steps) == {"loaded", "refusals", "at-quota", "twice-the-quota", "stopped", "cfs-after"}, (
         res.stdout[-3000:], res.stderr[-3000:])  # fmt: skip
     assert steps["loaded"]["state"] == "enabled" and steps["loaded"]["ops"] == "bwlab"
+    refusals = steps["refusals"]  # each one line, and the running scheduler untouched
+    assert (
+        refusals["second_rc"] == 1
+        and refusals["second"].startswith("scx_bwlab: the kernel did not enable the scheduler (")
+        and refusals["second"].count("\n") == 1
+    ), refusals
+    assert (
+        refusals["nobody_rc"] == 1
+        and refusals["nobody"].startswith("scx_bwlab: loading BPF programs needs root")
+        and refusals["nobody"].count("\n") == 1
+    ), refusals
+    assert refusals["state"] == "enabled"
     shares = {}
     for name in ("at-quota", "twice-the-quota"):
         s = steps[name]
@@ -153,7 +165,7 @@ def test_a_scenario_runs_under_the_scheduler(scx_key: str, loader: Path, tmp_pat
     assert res.returncode == 0, res.stderr[-3000:]
     doc = json.loads(next(tmp_path.glob("table2-10ms-*-scx_bwlab.json")).read_text())
     assert doc["status"] == "ok" and doc["meta"]["splats"] == []
-    assert doc["meta"]["scheduler"] == {"loader": "scx_bwlab", "ops": "bwlab"}
+    assert doc["meta"]["scheduler"] == {"loader": "scx_bwlab", "ops": "bwlab", "latency_aware_cases": []}
     metrics = doc["cases"][0]["reps"][0]["metrics"]
     print(f"scx run 10 ms: throttled {metrics['nr_throttled']:.0f} of {metrics['nr_periods']:.0f} periods "
           f"({metrics['throttled_us']:.0f} us), usage / (quota x periods) "
@@ -186,7 +198,7 @@ def test_without_the_bandwidth_callback_it_refuses_and_cfs_keeps_cpu_max(old_sch
     print(f"scx on 6.12: refused rc {refused['rc']}; CFS throttled the group {cfs['cfs_nr_throttled']} times in 2 s")
     assert refused["rc"] == 1 and refused["state"] == "disabled", refused
     assert refused["stderr"] == ("scx_bwlab: this kernel does not hand cpu.max to sched_ext schedulers (no "
-                                 "sched_ext_ops.cgroup_set_bandwidth, 6.17 and later): tasks of groups with a "
+                                 "sched_ext_ops.cgroup_set_bandwidth, added in 6.17): tasks of groups with a "
                                  "cpu.max would run unlimited; refusing\n"), refused  # fmt: skip
     assert cfs["state"] == "disabled"
     assert cfs["cfs_nr_throttled"] >= 10, cfs  # a tenth of a CPU, one busy thread: throttled every period

@@ -239,9 +239,10 @@ def _usage(tests: Selftests, name: str) -> int:
 @pytest.mark.untimed  # the files' rules, no share or time in it
 def test_lags_alone_on_v7_3_4_builds_and_its_files_work(baseline_key: str, tmp_path: Path) -> None:
     """LAGS' own series (nothing of the bandwidth series under it) builds on v7.3.4, from the
-    baseline's objects, and its cgroup interface works in a guest: the files test of test_cpu.
-    Its timed tests (credit, fair shares) run on the lab kernel, the same changes rebased
-    (test_kernel_export.py::test_the_lab_kernels_lags_is_the_posted_lags_rebased)."""
+    baseline's objects, and its cgroup interface works in a guest: the files test of test_cpu
+    (built, as every kselftest here, from the lab's series, whose LAGS tests are kernel/lags/
+    0003's lines: test_kernel_export.py::test_the_lab_kernels_lags_is_the_posted_lags_rebased).
+    Its timed tests (credit, fair shares) run on the lab kernel."""
     build = bwlab("kernel", "build", "--series", str(LAGS_SERIES), timeout=3600)
     assert build.returncode == 0, build.stderr[-2000:]
     tests = _kselftest(build.stdout.split()[0], tmp_path, *only("test_cpucg_latency_awareness_files"))

@@ -19,9 +19,10 @@ from bwlab.progress import console, step
 
 
 def kernel_source_of(args: argparse.Namespace, fetch: bool) -> kernel_source.KernelSource:
-    release = getattr(args, "release", kernel_source.DEFAULT_RELEASE)
+    named = getattr(args, "release", None)
+    release = named or kernel_source.DEFAULT_RELEASE
     if args.kernel_src:
-        if release != kernel_source.DEFAULT_RELEASE:
+        if named:
             raise BwlabError("--kernel-src and --release: name one source")
         return kernel_source.user_source(Path(args.kernel_src))
     if release != kernel_source.DEFAULT_RELEASE and not getattr(args, "baseline", False):
@@ -79,6 +80,8 @@ def build(variant: kernel_build.Variant) -> kernel_build.KernelImage:
 
 
 def guest_image(args: argparse.Namespace) -> kernel_build.KernelImage:
+    if args.kernel and getattr(args, "release", None):
+        raise BwlabError("--kernel names a built kernel: --release does not apply")
     if args.kernel:
         found = kernel_build.image_by_key(args.kernel)
         if found is None:

@@ -19,7 +19,7 @@ from bwlab.progress import step
 
 
 def cmd_fetch(args: argparse.Namespace) -> int:
-    rel = kernel_source.release_of(args.release)
+    rel = kernel_source.release_of(args.release or kernel_source.DEFAULT_RELEASE)
     with step(f"fetch {rel.package} from {rel.suite}"):
         src = kernel_source.fetch(force=args.force, release=rel.name)
     print(f"{src.version} {src.origin} {src.path}")

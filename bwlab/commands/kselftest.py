@@ -10,6 +10,7 @@ from rich.table import Table
 from bwlab.commands import common
 from bwlab.errors import BwlabError
 from bwlab.kernel import kselftest
+from bwlab.kernel import source as kernel_source
 from bwlab.progress import console, step
 from bwlab.targets.qemu import QemuTarget
 from bwlab.targets.ssh import Remote, SshTarget
@@ -27,6 +28,9 @@ def cmd_kselftest(args: argparse.Namespace) -> int:
         target = QemuTarget(common.guest_image(args), args.vcpus, accel=args.accel)
     else:
         raise BwlabError(f"--target {args.target}: kselftest runs in a guest or over ssh://")
+    if args.release not in (None, kernel_source.DEFAULT_RELEASE) and not args.tests_tree:
+        raise BwlabError(f"--release {args.release}: test_cpu comes from the lab's series on "
+                         f"{kernel_source.DEFAULT_RELEASE}; name a --tests-tree of that release")  # fmt: skip
     if args.tests_tree:
         test_cpu = kselftest.build_test_cpu(Path(args.tests_tree))
     else:

@@ -90,7 +90,7 @@ def ensure(image: KernelImage) -> Path | None:
     """The image's layout file, compiled from its build tree the first time; None where the
     tree is gone (a cache that kept images only), the kernel has no bandwidth control or is of
     another release than the fields name (the 6.12 kernel of the sched_ext safety test)."""
-    if not image.key.startswith(RELEASE):
+    if not image.version.startswith(RELEASE):
         return None
     dest = path_of(image)
     if dest.is_file():

@@ -98,11 +98,11 @@ def user_source(path: Path) -> KernelSource:
     return KernelSource(path=tree, version=tree_version(tree), origin=f"user:{tree}")
 
 
-def _apt_options(state: Path) -> list[str]:
+def _apt_options(state: Path, parts: Path) -> list[str]:
     return [
         "-q",
         "-o", "Dir::Etc::SourceList=/dev/null",
-        "-o", f"Dir::Etc::SourceParts={state / 'sources.list.d'}",
+        "-o", f"Dir::Etc::SourceParts={parts}",
         "-o", f"Dir::State::Lists={state / 'lists'}",
         "-o", f"Dir::Cache={state / 'cache'}",
         "-o", "APT::Get::List-Cleanup=0",
@@ -170,16 +170,17 @@ def fetch(force: bool = False, release: str = DEFAULT_RELEASE) -> KernelSource:
 
 def _fetch(rel: Release) -> KernelSource:
     state = cache_root() / "apt"
-    (state / "sources.list.d").mkdir(parents=True, exist_ok=True)
+    # a sources directory per suite (lists and package cache shared): a fetch updates only its
+    # own suite's index, and never depends on another suite's mirror being reachable
+    parts = state / f"sources-{rel.suite}"
+    parts.mkdir(parents=True, exist_ok=True)
     (state / "lists" / "partial").mkdir(parents=True, exist_ok=True)
     (state / "cache" / "archives" / "partial").mkdir(parents=True, exist_ok=True)
     uri = read_archive_uri()
-    # one private list per suite: a fetch of one release never drops another's
-    (state / "sources.list.d" / f"bwlab-{rel.suite}.sources").write_text(
+    (parts / "bwlab.sources").write_text(
         f"Types: deb\nURIs: {uri}\nSuites: {rel.suite}\nComponents: main\nSigned-By: {KEYRING}\n"
     )
-    (state / "sources.list.d" / "bwlab-backports.sources").unlink(missing_ok=True)  # before 6.12
-    opts = _apt_options(state)
+    opts = _apt_options(state, parts)
     _run(["apt-get", *opts, "update"], f"apt-get update for {rel.suite}")
     policy = _run(["apt-cache", *opts, "policy", rel.package], f"apt-cache policy {rel.package}")
     candidate = re.search(r"Candidate:\s*(\S+)", policy)
@@ -208,12 +209,15 @@ def _fetch(rel: Release) -> KernelSource:
             raise BwlabError(f"{tarballs[0].name} did not unpack to one linux-source tree")
         version = tree_version(trees[0])
         if not rel.accepts(version):
-            raise BwlabError(f"{rel.package} {deb_version} is Linux {version}, expected {rel.version_prefix}")
+            wanted = rel.version_prefix + ("x" if rel.version_prefix.endswith(".") else "")
+            raise BwlabError(f"{rel.package} {deb_version} is Linux {version}, expected {wanted}")
+        stamp = dest.parent / f"{rel.package}.json"
+        stamp.unlink(missing_ok=True)  # no stamp names a tree it did not describe, even cut short
         if dest.exists():
             shutil.rmtree(dest)
         trees[0].rename(dest)
     origin = f"debian:{rel.package}={deb_version}"
-    (dest.parent / f"{rel.package}.json").write_text(
-        json.dumps({"version": version, "origin": origin, "deb_sha256": deb_sha}, indent=1)
-    )
+    tmp_stamp = stamp.with_suffix(".tmp")
+    tmp_stamp.write_text(json.dumps({"version": version, "origin": origin, "deb_sha256": deb_sha}, indent=1))
+    tmp_stamp.replace(stamp)
     return KernelSource(path=dest, version=version, origin=origin)

@@ -285,6 +285,12 @@ def lags_to_the_scheduler(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, workload=dataclasses.replace(w, argv=argv, resolved=resolved))
 
 
+def lags_cases(specs: list[RunSpec]) -> list[str]:
+    """The cases whose workload asks for LAGS (`latency_awareness` 1): under a scheduler, its
+    loader's opt-in, not the workload's command (a result's meta.scheduler says which)."""
+    return [spec.case for spec in specs if spec.workload.resolved.get(LAGS_PARAM) == 1]
+
+
 def lags_groups(specs: list[RunSpec], layout: Layout, prefix: str) -> list[str]:
     """The top group of every repetition of the cases whose workload asks for LAGS (its
     `latency_awareness` is 1)."""

@@ -531,6 +531,8 @@ class QemuTarget:
         failures: list[str] = []
         for sc, specs, output in zip(scs, spec_lists, outputs, strict=True):
             meta = self._meta(label, accel, run, output)
+            if self.scheduler:  # the recorded commands keep -L; these cases had the loader's -l
+                meta["scheduler"]["latency_aware_cases"] = plan.lags_cases(specs)
             cases = base.case_docs(specs, output.records)
             status = run.status
             if status == "failed" and not run.splats and output.done and not output.errors:

@@ -36,6 +36,12 @@ for _ in $(seq 100); do
   sleep 0.1
 done
 report "{\"step\": \"loaded\", \"state\": \"$(cat /sys/kernel/sched_ext/state)\", \"ops\": \"$(cat /sys/kernel/sched_ext/root/ops 2>/dev/null)\"}"
+# refusals while it runs, each one line: a second scheduler (the kernel takes one), and a
+# loader without root (its BPF programs cannot load)
+json() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'; }
+"$loader" 2>"$out/second"; second=$?
+setpriv --reuid=65534 --regid=65534 --clear-groups "$loader" 2>"$out/nobody"; nobody=$?
+report "{\"step\": \"refusals\", \"second_rc\": $second, \"second\": $(json < "$out/second"), \"nobody_rc\": $nobody, \"nobody\": $(json < "$out/nobody"), \"state\": \"$(cat /sys/kernel/sched_ext/state)\"}"
 for step in at-quota twice-the-quota; do
   quota=$((ncpu * 100000)); [ $step = twice-the-quota ] && quota=$((ncpu * 50000))
   echo "$quota 100000" > $g/cpu.max
