@@ -846,6 +846,25 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_init)
 	return ret;
 }
 
+/*
+ * CPU hotplug. Without these ops the kernel ejects the scheduler at every CPU going on or
+ * offline (SCX_ECODE_RSN_HOTPLUG). Nothing here is per CPU that a hotplug leaves wrong: the
+ * queues are shared or per group, a dying CPU's local and running tasks come back through
+ * ops.enqueue (its running task charged at ops.stopping first), the period timers are
+ * hrtimers the kernel migrates, and `picks` is scratch of one dispatch. Counted only.
+ */
+u64 nr_cpu_online, nr_cpu_offline;
+
+void BPF_STRUCT_OPS(bwlab_cpu_online, s32 cpu)
+{
+	__sync_fetch_and_add(&nr_cpu_online, 1);
+}
+
+void BPF_STRUCT_OPS(bwlab_cpu_offline, s32 cpu)
+{
+	__sync_fetch_and_add(&nr_cpu_offline, 1);
+}
+
 void BPF_STRUCT_OPS(bwlab_exit, struct scx_exit_info *ei)
 {
 	UEI_RECORD(uei, ei);
@@ -864,6 +883,8 @@ SCX_OPS_DEFINE(bwlab_ops,
 	       .cgroup_exit = (void *)bwlab_cgroup_exit,
 	       .cgroup_move = (void *)bwlab_cgroup_move,
 	       .cgroup_set_bandwidth = (void *)bwlab_cgroup_set_bandwidth,
+	       .cpu_online = (void *)bwlab_cpu_online,
+	       .cpu_offline = (void *)bwlab_cpu_offline,
 	       .init = (void *)bwlab_init,
 	       .exit = (void *)bwlab_exit,
 	       /* prev with nothing else to run comes back through enqueue (else the kernel

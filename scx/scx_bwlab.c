@@ -168,8 +168,10 @@ static void write_stats(const struct scx_bwlab *skel, int fd, int lags_fd, FILE 
 	now_ns = (__u64)now.tv_sec * 1000000000ULL + now.tv_nsec;
 	fprintf(f, "{\"scheduler\": \"bwlab\", \"state\": \"%s\", \"monotonic_s\": %.6f, ", state,
 		now.tv_sec + now.tv_nsec / 1e9);
-	fprintf(f, "\"lags_kicks\": %" PRIu64 ", \"lags_picks\": %" PRIu64 ", \"cgroups\": [",
-		(uint64_t)skel->bss->nr_lags_kicks, (uint64_t)skel->bss->nr_lags_picks);
+	fprintf(f, "\"lags_kicks\": %" PRIu64 ", \"lags_picks\": %" PRIu64 ", \"cpus_online\": %" PRIu64
+		", \"cpus_offline\": %" PRIu64 ", \"cgroups\": [", (uint64_t)skel->bss->nr_lags_kicks,
+		(uint64_t)skel->bss->nr_lags_picks, (uint64_t)skel->bss->nr_cpu_online,
+		(uint64_t)skel->bss->nr_cpu_offline);
 	while (bpf_map_get_next_key(fd, prev, &next) == 0) {
 		key = next;
 		prev = &key;

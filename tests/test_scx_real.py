@@ -92,7 +92,7 @@ def _lines(stdout: str, tag: str, key: str) -> dict[str, dict[str, Any]]:
 def test_cpu_max_is_enforced_without_throttling_what_fits(guest_checks: subprocess.CompletedProcess[str]) -> None:
     res = guest_checks
     steps = _lines(res.stdout, "scx-check", "step")
-    assert set(steps) == {"loaded", "refusals", "at-quota", "twice-the-quota", "stopped", "cfs-after"}, (
+    assert set(steps) == {"loaded", "refusals", "hotplug", "at-quota", "twice-the-quota", "stopped", "cfs-after"}, (
         res.stdout[-3000:], res.stderr[-3000:])  # fmt: skip
     assert steps["loaded"]["state"] == "enabled" and steps["loaded"]["ops"] == "bwlab"
     refusals = steps["refusals"]  # each one line, and the running scheduler untouched
@@ -107,6 +107,10 @@ def test_cpu_max_is_enforced_without_throttling_what_fits(guest_checks: subproce
         and refusals["nobody"].count("\n") == 1
     ), refusals
     assert refusals["state"] == "enabled"
+    hotplug = steps["hotplug"]  # a CPU off and on twice: the scheduler kept (ops.cpu_on/offline)
+    assert hotplug["rc"] == 0 and hotplug["state"] == "enabled", hotplug
+    assert hotplug["counts"] == {"cpus_online": 2, "cpus_offline": 2}, hotplug
+    assert hotplug["online"] == f"0-{steps['at-quota']['threads'] - 1}", hotplug
     shares = {}
     for name in ("at-quota", "twice-the-quota"):
         s = steps[name]

@@ -42,6 +42,12 @@ json() { python3 -c 'import json,sys; print(json.dumps(sys.stdin.read()))'; }
 "$loader" 2>"$out/second"; second=$?
 setpriv --reuid=65534 --regid=65534 --clear-groups "$loader" 2>"$out/nobody"; nobody=$?
 report "{\"step\": \"refusals\", \"second_rc\": $second, \"second\": $(json < "$out/second"), \"nobody_rc\": $nobody, \"nobody\": $(json < "$out/nobody"), \"state\": \"$(cat /sys/kernel/sched_ext/state)\"}"
+# CPU hotplug under the scheduler: the last CPU offline and back, twice; the scheduler stays
+hp=/sys/devices/system/cpu/cpu$((ncpu - 1))/online
+hotplug_rc=0
+for _ in 1 2; do echo 0 > $hp && sleep 0.2 && echo 1 > $hp && sleep 0.2 || hotplug_rc=1; done
+kill -USR1 $pid; sleep 0.3
+report "{\"step\": \"hotplug\", \"rc\": $hotplug_rc, \"state\": \"$(cat /sys/kernel/sched_ext/state)\", \"online\": \"$(cat /sys/devices/system/cpu/online)\", \"counts\": $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ("cpus_online", "cpus_offline")}))' "$out/stats.json.now")}"
 for step in at-quota twice-the-quota; do
   quota=$((ncpu * 100000)); [ $step = twice-the-quota ] && quota=$((ncpu * 50000))
   echo "$quota 100000" > $g/cpu.max
