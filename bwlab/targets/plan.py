@@ -285,17 +285,21 @@ def lags_to_the_scheduler(spec: RunSpec) -> RunSpec:
     return dataclasses.replace(spec, workload=dataclasses.replace(w, argv=argv, resolved=resolved))
 
 
+def asks_for_lags(spec: RunSpec) -> bool:
+    return bool(spec.workload.resolved.get(LAGS_PARAM) == 1)
+
+
 def lags_cases(specs: list[RunSpec]) -> list[str]:
     """The cases whose workload asks for LAGS (`latency_awareness` 1): under a scheduler, its
     loader's opt-in, not the workload's command (a result's meta.scheduler says which)."""
-    return [spec.case for spec in specs if spec.workload.resolved.get(LAGS_PARAM) == 1]
+    return [spec.case for spec in specs if asks_for_lags(spec)]
 
 
 def lags_groups(specs: list[RunSpec], layout: Layout, prefix: str) -> list[str]:
     """The top group of every repetition of the cases whose workload asks for LAGS (its
     `latency_awareness` is 1)."""
     return [group_shell(layout, f"{prefix}{ci}-{rep}", spec).dirs[0]
-            for ci, spec in enumerate(specs) if spec.workload.resolved.get(LAGS_PARAM) == 1
+            for ci, spec in enumerate(specs) if asks_for_lags(spec)
             for rep in range(spec.repetitions)]  # fmt: skip
 
 
