@@ -9,9 +9,14 @@
  *
  * Scheduling. One shared queue of runnable tasks, ordered by virtual time: a task's vtime
  * advances by what it ran scaled by the inverse of its weight, and a task that slept comes
- * back at most one slice behind the queue's front. A wakeup that finds an idle CPU goes
- * straight to it. (Weights between cgroups are not compounded as scx_flatcg does: a later
- * step.)
+ * back at most one slice behind the queue's front. A task that may run on one CPU only (a
+ * per-CPU kthread; any task of a cpuset v2 group whose other CPUs are offline) waits in that
+ * CPU's own queue, in the same vtime order, and the CPU runs whichever front comes first: its
+ * own queue's or the shared queue's. (These tasks used to go to the CPU's local queue, FIFO:
+ * with CPU 1 offline, the pinned tasks of a busy group never let it run dry, the shared queue
+ * was never dispatched, and the watchdog ejected the scheduler after 30 s.) A wakeup that
+ * finds an idle CPU goes straight to it. (Weights between cgroups are not compounded as
+ * scx_flatcg does: a later step.)
  *
  * Bandwidth. Every cgroup with a quota keeps an account on a grid of its own period (the
  * user's period, not rescaled), started when the quota was set:
@@ -60,6 +65,7 @@
 char _license[] SEC("license") = "GPL";
 
 #define SHARED_DSQ 0
+#define PINNED_DSQ_BASE (1ULL << 62) /* | cpu: that CPU's pinned tasks (cgroup ids stay below) */
 #define MAX_LEVELS 16 /* cgroup depth walked for quotas */
 #define MAX_SCAN 64 /* shared-queue tasks looked at per dispatch */
 
@@ -486,7 +492,19 @@ static void kick_idle_cpus(void)
 		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
 }
 
-/* Parked tasks of `cgid` back to the shared queue (from a context without an rq lock). */
+static u64 pinned_dsq(s32 cpu)
+{
+	return PINNED_DSQ_BASE | (u64)cpu;
+}
+
+/* Where a runnable task that is not throttled waits: its CPU's own queue if it may run there
+ * only, else the shared one. */
+static u64 queue_of(struct task_struct *p)
+{
+	return p->nr_cpus_allowed == 1 ? pinned_dsq(scx_bpf_task_cpu(p)) : SHARED_DSQ;
+}
+
+/* Parked tasks of `cgid` back to their queues (from a context without an rq lock). */
 static void release_parked(u64 cgid)
 {
 	struct task_struct *p;
@@ -494,7 +512,7 @@ static void release_parked(u64 cgid)
 	if (scx_bpf_dsq_nr_queued(cgid) <= 0)
 		return;
 	bpf_for_each(scx_dsq, p, cgid, 0)
-		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+		scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, queue_of(p), 0);
 	kick_idle_cpus();
 }
 
@@ -586,14 +604,16 @@ void BPF_STRUCT_OPS(bwlab_enqueue, struct task_struct *p, u64 enq_flags)
 		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL, slice_ns, enq_flags);
 		return;
 	}
-	/* a task that can run on one CPU only (a per-CPU kthread) goes to that CPU's queue */
-	if (p->nr_cpus_allowed == 1) {
-		scx_bpf_dsq_insert(p, SCX_DSQ_LOCAL_ON | scx_bpf_task_cpu(p), slice_ns, enq_flags);
-		scx_bpf_kick_cpu(scx_bpf_task_cpu(p), SCX_KICK_IDLE);
-		return;
-	}
 	if (time_before(vtime, vtime_now - slice_ns))
 		vtime = vtime_now - slice_ns;
+	/* a task that can run on one CPU only waits in that CPU's queue, in vtime order with
+	 * the shared queue (bwlab_dispatch) */
+	if (p->nr_cpus_allowed == 1) {
+		cpu = scx_bpf_task_cpu(p);
+		scx_bpf_dsq_insert_vtime(p, pinned_dsq(cpu), slice_ns, vtime, enq_flags);
+		scx_bpf_kick_cpu(cpu, SCX_KICK_IDLE);
+		return;
+	}
 	scx_bpf_dsq_insert_vtime(p, SHARED_DSQ, slice_ns, vtime, enq_flags);
 	/* an idle CPU that may run it takes it now, not at its next wakeup */
 	cpu = scx_bpf_pick_idle_cpu(p->cpus_ptr, 0);
@@ -627,11 +647,21 @@ static bool take(s32 cpu, s32 pid)
 	return false;
 }
 
+/* The first task of this CPU's pinned queue to the CPU's local queue. */
+static bool take_pinned(u64 dsq)
+{
+	struct task_struct *p;
+
+	bpf_for_each(scx_dsq, p, dsq, 0)
+		return scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0);
+	return false;
+}
+
 void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 {
-	u64 now = bpf_ktime_get_ns();
+	u64 now = bpf_ktime_get_ns(), mine = pinned_dsq(cpu), pinned_vtime = 0;
+	bool parked = false, pinned = false;
 	struct task_struct *p;
-	bool parked = false;
 	struct pick *pk;
 	u32 zero = 0;
 
@@ -642,6 +672,29 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 	pk->seen = 0;
 	pk->scanned = 0;
 	pk->ahead = 0;
+
+	/* this CPU's pinned tasks: those of throttled cgroups are parked, one whose affinity
+	 * grew since goes to the shared queue; the first left competes with the shared queue's
+	 * front by vtime */
+	bpf_for_each(scx_dsq, p, mine, 0) {
+		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
+		u64 park = 0;
+
+		if (tctx && !(p->flags & PF_EXITING))
+			park = throttled_for_cgid(tctx->cgid);
+		if (park) {
+			scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, park, 0);
+			parked = true;
+			continue;
+		}
+		if (p->nr_cpus_allowed != 1) {
+			scx_bpf_dsq_move_vtime(BPF_FOR_EACH_ITER, p, SHARED_DSQ, 0);
+			continue;
+		}
+		pinned = true;
+		pinned_vtime = p->scx.dsq_vtime;
+		break;
+	}
 
 	/* the first task of the shared queue that may run here; tasks of throttled cgroups met
 	 * on the way are parked. With LAGS: of the first LAGS_WINDOW tasks within a slice of the
@@ -662,9 +715,12 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 			continue;
 		}
 		if (!lags_enabled) {
-			if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr) &&
-			    scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0))
-				return;
+			if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
+				if (pinned && !time_before(p->scx.dsq_vtime, pinned_vtime))
+					break;
+				if (scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, SCX_DSQ_LOCAL, 0))
+					return;
+			}
 		} else if (bpf_cpumask_test_cpu(cpu, p->cpus_ptr)) {
 			if (!pk->seen)
 				pk->front = p->scx.dsq_vtime;
@@ -686,6 +742,10 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 		if (++pk->scanned >= MAX_SCAN)
 			break;
 	}
+	/* a pinned task before the shared queue's front runs first (LAGS orders the shared
+	 * queue only) */
+	if (pinned && (!pk->seen || time_before(pinned_vtime, pk->front)) && take_pinned(mine))
+		return;
 	if (pk->seen && take(cpu, pk->best)) {
 		if (pk->ahead)
 			__sync_fetch_and_add(&nr_lags_picks, 1);
@@ -694,7 +754,8 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 	/* nothing moved here, and the kernel retries a dispatch only after one that did: look
 	 * again (the tasks this one parked are out of the way; LAGS' pick was taken by another
 	 * CPU) */
-	if ((parked || pk->seen) && scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0)
+	if ((parked || pk->seen || pinned) &&
+	    (scx_bpf_dsq_nr_queued(SHARED_DSQ) > 0 || scx_bpf_dsq_nr_queued(mine) > 0))
 		scx_bpf_kick_cpu(cpu, 0);
 }
 
@@ -840,18 +901,30 @@ void BPF_STRUCT_OPS(bwlab_cgroup_set_bandwidth, struct cgroup *cgrp, u64 period_
 s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_init)
 {
 	s32 ret = scx_bpf_create_dsq(SHARED_DSQ, -1);
+	u32 cpu;
 
-	if (ret)
+	if (ret) {
 		scx_bpf_error("cannot create the shared DSQ (%d)", ret);
-	return ret;
+		return ret;
+	}
+	bpf_for(cpu, 0, nr_cpus) {
+		ret = scx_bpf_create_dsq(pinned_dsq(cpu), -1);
+		if (ret) {
+			scx_bpf_error("cannot create the pinned DSQ of CPU %u (%d)", cpu, ret);
+			return ret;
+		}
+	}
+	return 0;
 }
 
 /*
  * CPU hotplug. Without these ops the kernel ejects the scheduler at every CPU going on or
- * offline (SCX_ECODE_RSN_HOTPLUG). Nothing here is per CPU that a hotplug leaves wrong: the
- * queues are shared or per group, a dying CPU's local and running tasks come back through
- * ops.enqueue (its running task charged at ops.stopping first), the period timers are
- * hrtimers the kernel migrates, and `picks` is scratch of one dispatch. Counted only.
+ * offline (SCX_ECODE_RSN_HOTPLUG). Nothing here is per CPU that a hotplug leaves wrong: a
+ * dying CPU's tasks, in any queue, are moved to its local queue by the kernel (rq_offline)
+ * and come back through ops.enqueue on another CPU (a running one charged at ops.stopping
+ * first); a task that loses its other CPUs (cpuset v2) waits in the pinned queue of the CPU
+ * it has left; the period timers are hrtimers the kernel migrates, and `picks` is scratch of
+ * one dispatch. Counted only.
  */
 u64 nr_cpu_online, nr_cpu_offline;
 

@@ -92,7 +92,8 @@ def _lines(stdout: str, tag: str, key: str) -> dict[str, dict[str, Any]]:
 def test_cpu_max_is_enforced_without_throttling_what_fits(guest_checks: subprocess.CompletedProcess[str]) -> None:
     res = guest_checks
     steps = _lines(res.stdout, "scx-check", "step")
-    assert set(steps) == {"loaded", "refusals", "hotplug", "at-quota", "twice-the-quota", "stopped", "cfs-after"}, (
+    assert set(steps) == {"loaded", "refusals", "hotplug", "hotplug-under-load", "at-quota", "twice-the-quota",
+                          "stopped", "cfs-after"}, (
         res.stdout[-3000:], res.stderr[-3000:])  # fmt: skip
     assert steps["loaded"]["state"] == "enabled" and steps["loaded"]["ops"] == "bwlab"
     refusals = steps["refusals"]  # each one line, and the running scheduler untouched
@@ -111,6 +112,12 @@ def test_cpu_max_is_enforced_without_throttling_what_fits(guest_checks: subproce
     assert hotplug["rc"] == 0 and hotplug["state"] == "enabled", hotplug
     assert hotplug["counts"] == {"cpus_online": 2, "cpus_offline": 2}, hotplug
     assert hotplug["online"] == f"0-{steps['at-quota']['threads'] - 1}", hotplug
+    # the same with the group's threads pinned to the CPUs left: the root's shell still ran
+    # while they spun (pinned: they were), and the scheduler stayed (it was ejected before)
+    under_load = steps["hotplug-under-load"]
+    print(f"scx hotplug under load: five 0.1 s sleeps took {under_load['sleeps_ms']} ms")
+    assert under_load["state"] == "enabled" and under_load["pinned"] == 1, under_load
+    assert under_load["online"] == hotplug["online"], under_load
     shares = {}
     for name in ("at-quota", "twice-the-quota"):
         s = steps[name]

@@ -48,6 +48,20 @@ hotplug_rc=0
 for _ in 1 2; do echo 0 > $hp && sleep 0.2 && echo 1 > $hp && sleep 0.2 || hotplug_rc=1; done
 kill -USR1 $pid; sleep 0.3
 report "{\"step\": \"hotplug\", \"rc\": $hotplug_rc, \"state\": \"$(cat /sys/kernel/sched_ext/state)\", \"online\": \"$(cat /sys/devices/system/cpu/online)\", \"counts\": $(python3 -c 'import json,sys; d=json.load(open(sys.argv[1])); print(json.dumps({k: d[k] for k in ("cpus_online", "cpus_offline")}))' "$out/stats.json.now")}"
+# ... and under load: the group's busy threads lose that CPU (cpuset v2 pins them to the
+# others) while this shell (the root group, not pinned) sleeps and wakes five times, then
+# stops them. When pinned tasks went to their CPU's local queue (FIFO), that queue never ran
+# dry, the shared one was never dispatched, and this shell ran again only when the watchdog
+# had ejected the scheduler (30 s): the state says which.
+want=0; [ "$ncpu" -gt 2 ] && want=0-$((ncpu - 2))  # the CPUs left
+(echo $BASHPID > $g/cgroup.procs; exec "$spin" -t $((ncpu * 2)) -d 120 -p 2000 >/dev/null) & busy=$!
+sleep 0.5
+echo 0 > $hp; t0=$(date +%s%N)
+for _ in 1 2 3 4 5; do sleep 0.1; done
+t1=$(date +%s%N) state=$(cat /sys/kernel/sched_ext/state)
+pinned=$(grep -c "^Cpus_allowed_list:[[:space:]]*$want$" /proc/$busy/status)
+kill $busy; wait $busy; echo 1 > $hp
+report "{\"step\": \"hotplug-under-load\", \"state\": \"$state\", \"online\": \"$(cat /sys/devices/system/cpu/online)\", \"pinned\": $pinned, \"sleeps_ms\": $(((t1 - t0) / 1000000))}"
 for step in at-quota twice-the-quota; do
   quota=$((ncpu * 100000)); [ $step = twice-the-quota ] && quota=$((ncpu * 50000))
   echo "$quota 100000" > $g/cpu.max
