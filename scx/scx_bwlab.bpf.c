@@ -50,9 +50,9 @@
  * (the common ancestor's children compared, so spreading load over many groups does not make
  * any of them light; a heavy latency-aware group goes nowhere ahead). A task never runs more
  * than a slice of vtime ahead (a slice x weight / 100 of CPU time): plain groups keep their
- * weight's share. A latency-aware wakeup that finds no idle CPU preempts a run of another
- * top-level group LAGS_MARGIN times heavier that has run LAGS_MIN_RUN_NS (hysteresis), one
- * kick a run.
+ * weight's share. A latency-aware wakeup that finds no idle CPU preempts a run of a group
+ * LAGS_MARGIN times heavier where their paths part that has run LAGS_MIN_RUN_NS
+ * (hysteresis), one kick a run.
  *
  * Locking: an account's fields are under its bpf_spin_lock, except `throttled`, read without
  * it on the enqueue and dispatch paths: a stale read runs a task a tick too long (its next
@@ -110,7 +110,8 @@ struct task_ctx {
  * costs one wrong or missed kick) */
 struct cpu_ctx {
 	u64 started; /* when the current run began; 0: idle */
-	u64 top; /* its level-1 cgroup */
+	u32 depth; /* its task's cgroup depth (0: a task of the root) */
+	u64 path[MAX_LEVELS]; /* and its path, as task_ctx's */
 };
 
 struct {
@@ -448,21 +449,43 @@ static bool lighter(struct task_ctx *a, struct pick *pk, u64 now)
 }
 
 /*
- * A latency-aware task waits and no CPU is idle: preempt one that runs a task of another
- * top-level group LAGS_MARGIN times heavier, once that run has had LAGS_MIN_RUN_NS (the
- * hysteresis: no ping-pong between groups of about the same load, no run cut to nothing). The
- * top level only: within one top-level group, order waits for the next dispatch.
+ * Whether the run on a CPU is of a group LAGS_MARGIN times heavier than the waking task's,
+ * compared where their paths part, as lighter() does (0 against 0 is not heavier). Never where
+ * one path holds the other: the root's own tasks (depth 0) and the waker's own group or its
+ * ancestors are not preempted for it.
+ */
+static bool much_heavier(struct task_ctx *a, struct cpu_ctx *c, u64 now)
+{
+	u32 depth = READ_ONCE(c->depth), i;
+
+	bpf_for(i, 0, MAX_LEVELS) {
+		u64 theirs;
+
+		if (i >= a->depth || i >= depth || i >= MAX_LEVELS)
+			break;
+		theirs = READ_ONCE(c->path[i]);
+		if (theirs == a->path[i])
+			continue;
+		return load_of(theirs, now) > LAGS_MARGIN * load_of(a->path[i], now);
+	}
+	return false;
+}
+
+/*
+ * A latency-aware task waits and no CPU is idle: preempt one that runs a task of a group
+ * LAGS_MARGIN times heavier where their paths part (much_heavier()), once that run has had
+ * LAGS_MIN_RUN_NS (the hysteresis: no ping-pong between groups of about the same load, no run
+ * cut to nothing). (Until 2026-11-29 the top-level groups were compared: functions under one
+ * case group never preempted each other, the colocation table of docs/scx.md.)
  */
 static void lags_preempt(struct task_struct *p, struct task_ctx *tctx)
 {
 	u64 now = bpf_ktime_get_ns();
-	u64 top = tctx->depth ? tctx->path[0] : 0;
-	u64 mine = load_of(top, now);
 	u32 cpu;
 
 	bpf_for(cpu, 0, nr_cpus) {
 		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
-		u64 started, theirs;
+		u64 started;
 
 		if (!c || !bpf_cpumask_test_cpu(cpu, p->cpus_ptr))
 			continue;
@@ -470,10 +493,7 @@ static void lags_preempt(struct task_struct *p, struct task_ctx *tctx)
 		/* signed: another CPU may have written `started` after `now` was read */
 		if (!started || (s64)(now - started) < (s64)LAGS_MIN_RUN_NS)
 			continue;
-		/* the root's own tasks (top 0) are never preempted; nor groups not twice as heavy
-		 * (0 against 0 included) */
-		theirs = READ_ONCE(c->top);
-		if (!theirs || theirs == top || load_of(theirs, now) <= LAGS_MARGIN * mine)
+		if (!much_heavier(tctx, c, now))
 			continue;
 		/* claim the run: wakeups that come before that CPU reschedules pick other CPUs */
 		if (__sync_val_compare_and_swap(&c->started, started, 0) != started)
@@ -776,7 +796,9 @@ void BPF_STRUCT_OPS(bwlab_running, struct task_struct *p)
 		struct cpu_ctx *c = bpf_map_lookup_elem(&cpu_ctxs, &cpu);
 
 		if (c) {
-			c->top = tctx && tctx->depth ? tctx->path[0] : 0;
+			c->depth = tctx ? tctx->depth : 0;
+			if (tctx)
+				__builtin_memcpy(c->path, tctx->path, sizeof(c->path));
 			c->started = bpf_ktime_get_ns();
 		}
 	}
