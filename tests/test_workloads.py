@@ -395,3 +395,28 @@ def test_cgsample_reads_v1_and_v2_counters_until_stopped(bindir: Path, tmp_path:
     for args, message in bad:
         proc2 = subprocess.run([str(bindir / "cgsample"), *args], capture_output=True, text=True, timeout=10)
         assert proc2.returncode in (1, 2) and message in proc2.stderr and proc2.stdout == "", proc2.stderr
+
+
+def test_spin_reports_the_time_it_was_stopped_as_a_gap(bindir: Path) -> None:
+    """spin -g: a thread held off its CPU (here SIGSTOP, SIGCONT 200 ms later, 0.3 s in) reports
+    the hold as a gap: 200 ms less the few ms the stop takes to reach a running thread (196.5
+    here), so >= 150 ms; and only gaps over -g's threshold."""
+    proc = subprocess.Popen([str(bindir / "spin"), "-t", "2", "-d", "2", "-p", "300", "-g", "50000"],
+                            stdout=subprocess.PIPE, text=True)  # fmt: skip
+    time.sleep(0.3)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(0.2)
+    proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate(timeout=30)
+    res = json.loads(out)
+    assert proc.returncode == 0 and res["gaps_dropped"] == 0 and len(res["per_thread"]) == 2
+    held = [(t, start, length) for t, start, length in res["gaps"] if length >= 150_000]
+    assert {t for t, *_ in held} == {0, 1}, res["gaps"]  # both threads were held
+    assert all(0 <= start <= 2_000_000 for _, start, _ in held), held
+    assert all(length >= 50_000 for *_, length in res["gaps"])  # only gaps over -g's 50 ms
+
+
+@pytest.mark.parametrize("args", [["-g", "0"], ["-g", "x"], ["extra"], ["-t", "0"]])
+def test_spin_rejects_bad_args(bindir: Path, args: list[str]) -> None:
+    proc = subprocess.run([str(bindir / "spin"), *args], capture_output=True, text=True, timeout=10)
+    assert proc.returncode == 2 and proc.stdout == "" and proc.stderr.count("\n") == 1, proc
