@@ -26,7 +26,11 @@ cleanup() {
 trap cleanup EXIT
 for g in $groups; do mkdir $cg/$g; done
 usage() { awk '$1 == "usage_usec" {print $2}' $cg/$1/cpu.stat; }
+# stdin as one JSON string (no python3 in here: it takes ~4 s to start under TCG)
+json() { awk 'BEGIN { ORS = ""; print "\"" } { gsub(/\\/, "&&"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); print $0 "\\n" } END { print "\"" }'; }
 in_group() { local g=$1; shift; (echo $BASHPID > $cg/$g/cgroup.procs; exec "$@"); }
+server() { sed 's/, *"samples_us": *\[[^]]*\]//' "$out/$1.json"; }  # wakelat's JSON less its samples
+counter() { grep -o "\"$1\": [0-9]*" "$out/stats.json" | awk '{print $2}'; }  # a top-level one of the loader's
 for mode in off on; do
   lags=()
   [ $mode = on ] && lags=(-l lags-light -l lags-heavy)
@@ -51,16 +55,5 @@ for mode in off on; do
   for g in $groups; do used="$used\"${g#lags-}\": $(( $(usage $g) - ${u0[$g]} )), "; done
   state=$(cat /sys/kernel/sched_ext/state)
   kill -INT $pid; wait $pid; rc=$?; pid=
-  python3 - "$out" "$mode" "{${used%, }}" "$rc" "$state" "$(tail -n 3 "$out/loader.log")" <<'PY'
-import json, sys
-out, mode, used, rc, state, log = sys.argv[1:]
-stats = json.load(open(f"{out}/stats.json"))
-def server(name):
-    doc = json.load(open(f"{out}/{name}.json"))
-    doc.pop("samples_us", None)
-    return doc
-print("lags-check " + json.dumps({"lags": mode, "light": server("light"), "heavy": server("heavy"),
-                                  "usage_us": json.loads(used), "rc": int(rc), "state": state, "log": log,
-                                  "lags_kicks": stats["lags_kicks"], "lags_picks": stats["lags_picks"]}))
-PY
+  echo "lags-check {\"lags\": \"$mode\", \"light\": $(server light), \"heavy\": $(server heavy), \"usage_us\": {${used%, }}, \"rc\": $rc, \"state\": \"$state\", \"log\": $(tail -n 3 "$out/loader.log" | json), \"lags_kicks\": $(counter lags_kicks), \"lags_picks\": $(counter lags_picks)}"
 done
