@@ -667,6 +667,21 @@ static bool take(s32 cpu, s32 pid)
 	return false;
 }
 
+/*
+ * A task met on a walk of a queue: to the queue of the throttled cgroup that holds it back, if
+ * one does (an exiting task never: it frees what it holds). Whether one did.
+ */
+static __always_inline bool park_if_throttled(struct bpf_iter_scx_dsq *it, struct task_struct *p,
+					      struct task_ctx *tctx)
+{
+	u64 park = tctx && !(p->flags & PF_EXITING) ? throttled_for_cgid(tctx->cgid) : 0;
+
+	if (!park)
+		return false;
+	scx_bpf_dsq_move(it, p, park, 0);
+	return true;
+}
+
 /* The first task of this CPU's pinned queue to the CPU's local queue. */
 static bool take_pinned(u64 dsq)
 {
@@ -697,13 +712,7 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 	 * grew since goes to the shared queue; the first left competes with the shared queue's
 	 * front by vtime */
 	bpf_for_each(scx_dsq, p, mine, 0) {
-		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
-		u64 park = 0;
-
-		if (tctx && !(p->flags & PF_EXITING))
-			park = throttled_for_cgid(tctx->cgid);
-		if (park) {
-			scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, park, 0);
+		if (park_if_throttled(BPF_FOR_EACH_ITER, p, bpf_task_storage_get(&task_ctxs, p, 0, 0))) {
 			parked = true;
 			continue;
 		}
@@ -723,14 +732,10 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 	 * most a slice, so plain groups keep their weight's share. */
 	bpf_for_each(scx_dsq, p, SHARED_DSQ, 0) {
 		struct task_ctx *tctx = bpf_task_storage_get(&task_ctxs, p, 0, 0);
-		u64 park = 0;
 		bool la;
 
-		if (tctx && !(p->flags & PF_EXITING))
-			park = throttled_for_cgid(tctx->cgid);
-		if (park) {
-			/* not counted: a throttled group's many tasks must not hide the others */
-			scx_bpf_dsq_move(BPF_FOR_EACH_ITER, p, park, 0);
+		/* not counted: a throttled group's many tasks must not hide the others */
+		if (park_if_throttled(BPF_FOR_EACH_ITER, p, tctx)) {
 			parked = true;
 			continue;
 		}

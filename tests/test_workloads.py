@@ -9,6 +9,7 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -234,16 +235,23 @@ def test_noise_timer_interval(bindir: Path) -> None:
     assert 1500 <= late("-i", "500", "-w", "100")["n"] <= 2010  # twice as many, with work between reads
 
 
+def stopped_for(argv: list[str], at_s: float, hold_s: float) -> Any:
+    """A program's JSON output after it was stopped (SIGSTOP) `at_s` after its start and
+    continued `hold_s` later."""
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, text=True)
+    time.sleep(at_s)
+    proc.send_signal(signal.SIGSTOP)
+    time.sleep(hold_s)
+    proc.send_signal(signal.SIGCONT)
+    out, _ = proc.communicate(timeout=30)
+    assert proc.returncode == 0, out
+    return json.loads(out)
+
+
 @timing
 def test_noise_counts_a_stopped_thread_as_uncharged(bindir: Path) -> None:
     # SIGSTOP for ~0.3 s: wall time passes, the threads are not charged: one big burst each
-    proc = subprocess.Popen([str(bindir / "noise"), "-t", "1", "-d", "2"], stdout=subprocess.PIPE, text=True)
-    time.sleep(0.5)
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGCONT)
-    out, _ = proc.communicate(timeout=30)
-    doc = json.loads(out)
+    doc = stopped_for([str(bindir / "noise"), "-t", "1", "-d", "2"], 0.5, 0.3)
     assert 250_000 <= doc["uncharged_us"] <= doc["wall_us"]
     assert doc["burst_us"]["max"] >= 250_000
 
@@ -401,15 +409,8 @@ def test_spin_reports_the_time_it_was_stopped_as_a_gap(bindir: Path) -> None:
     """spin -g: a thread held off its CPU (here SIGSTOP, SIGCONT 200 ms later, 0.3 s in) reports
     the hold as a gap: 200 ms less the few ms the stop takes to reach a running thread (196.5
     here), so >= 150 ms; and only gaps over -g's threshold."""
-    proc = subprocess.Popen([str(bindir / "spin"), "-t", "2", "-d", "2", "-p", "300", "-g", "50000"],
-                            stdout=subprocess.PIPE, text=True)  # fmt: skip
-    time.sleep(0.3)
-    proc.send_signal(signal.SIGSTOP)
-    time.sleep(0.2)
-    proc.send_signal(signal.SIGCONT)
-    out, _ = proc.communicate(timeout=30)
-    res = json.loads(out)
-    assert proc.returncode == 0 and res["gaps_dropped"] == 0 and len(res["per_thread"]) == 2
+    res = stopped_for([str(bindir / "spin"), "-t", "2", "-d", "2", "-p", "300", "-g", "50000"], 0.3, 0.2)
+    assert res["gaps_dropped"] == 0 and len(res["per_thread"]) == 2
     held = [(t, start, length) for t, start, length in res["gaps"] if length >= 150_000]
     assert {t for t, *_ in held} == {0, 1}, res["gaps"]  # both threads were held
     assert all(0 <= start <= 2_000_000 for _, start, _ in held), held
