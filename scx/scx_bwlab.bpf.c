@@ -14,8 +14,13 @@
  * CPU's own queue, in the same vtime order, and the CPU runs whichever front comes first: its
  * own queue's or the shared queue's. (These tasks used to go to the CPU's local queue, FIFO:
  * with CPU 1 offline, the pinned tasks of a busy group never let it run dry, the shared queue
- * was never dispatched, and the watchdog ejected the scheduler after 30 s.) A wakeup that
- * finds an idle CPU goes straight to it. (Weights between cgroups are not compounded as
+ * was never dispatched, and the watchdog ejected the scheduler after 30 s.) "One CPU only" is
+ * nr_cpus_allowed == 1: per-CPU kthreads and taskset-pinned tasks, not migrate-disabled ones
+ * (the kernel queues those locally itself). Per-CPU kthreads (ksoftirqd, kworkers) thereby
+ * lost the FIFO's implicit priority: they wait their vtime turn. Pinned tasks are not ordered
+ * by LAGS, and LAGS' preemption does not look at a CPU's pinned queue: a kick to a CPU whose
+ * pinned head comes first runs that head, not the latency-aware task. A wakeup that finds an
+ * idle CPU goes straight to it. (Weights between cgroups are not compounded as
  * scx_flatcg does: a later step.)
  *
  * Bandwidth. Every cgroup with a quota keeps an account on a grid of its own period (the
@@ -33,10 +38,11 @@
  *    what they left and did not carry; only the rest is debt.
  *  - throttle: an account at or below zero throttles its cgroup, unless the period ends
  *    within END_GRACE_NS (its overrun then is debt, as any). Its tasks are parked on the
- *    cgroup's own queue as they are enqueued or met on the shared queue, and a running one is
- *    stopped at its next tick: at most a tick of overrun per CPU, paid back as debt.
+ *    cgroup's own queue as they are enqueued or met on the shared queue or a CPU's pinned
+ *    queue, and a running one is stopped at its next tick: at most a tick of overrun per CPU,
+ *    paid back as debt.
  *  - unthrottle: the period timer (CLOCK_MONOTONIC, absolute expiries on the grid) moves the
- *    parked tasks back to the shared queue and kicks idle CPUs.
+ *    parked tasks back to their queues (queue_of()) and kicks idle CPUs.
  * Per cgroup counters (periods, throttled periods and time, bursts, usage) live in the
  * accounts map, which the loader prints: cpu.stat's own stay frozen under sched_ext.
  *
@@ -58,6 +64,9 @@
  * it on the enqueue and dispatch paths: a stale read runs a task a tick too long (its next
  * tick stops it) or parks it just after its group was released (the next expiry releases it:
  * up to a period late; the expiry after a limit is removed releases whatever is left).
+ * cpu_ctx (LAGS) is written by its CPU and read by others without a lock: bwlab_running writes
+ * depth and path before `started`, and lags_preempt reads `started` first and claims the run
+ * by a compare-and-swap on it, so a path read from another run costs at most one wrong kick.
  */
 #include <scx/common.bpf.h>
 #include "scx_bwlab.h"
@@ -65,7 +74,10 @@
 char _license[] SEC("license") = "GPL";
 
 #define SHARED_DSQ 0
-#define PINNED_DSQ_BASE (1ULL << 62) /* | cpu: that CPU's pinned tasks (cgroup ids stay below) */
+/* | cpu, for the possible CPUs (nr_cpus): that CPU's pinned tasks. Bit 62 is also
+ * SCX_DSQ_FLAG_LOCAL_ON's, which means LOCAL_ON only with bit 63 (SCX_DSQ_FLAG_BUILTIN) set;
+ * cgroup ids (kn->id: generation << 32 | inode) stay far below it. */
+#define PINNED_DSQ_BASE (1ULL << 62)
 #define MAX_LEVELS 16 /* cgroup depth walked for quotas */
 #define MAX_SCAN 64 /* shared-queue tasks looked at per dispatch */
 
@@ -682,7 +694,9 @@ static __always_inline bool park_if_throttled(struct bpf_iter_scx_dsq *it, struc
 	return true;
 }
 
-/* The first task of this CPU's pinned queue to the CPU's local queue. */
+/* The first task of this CPU's pinned queue to the CPU's local queue: whatever heads it now,
+ * which after dispatch's walk may be a newer task or one whose group was throttled since (it
+ * runs until its next tick stops it). */
 static bool take_pinned(u64 dsq)
 {
 	struct task_struct *p;
@@ -767,9 +781,9 @@ void BPF_STRUCT_OPS(bwlab_dispatch, s32 cpu, struct task_struct *prev)
 		if (++pk->scanned >= MAX_SCAN)
 			break;
 	}
-	/* a pinned task before the shared queue's front runs first (LAGS orders the shared
-	 * queue only) */
-	if (pinned && (!pk->seen || time_before(pinned_vtime, pk->front)) && take_pinned(mine))
+	/* a pinned task not after the shared queue's front runs first, as in the walk without
+	 * LAGS (LAGS orders the shared queue only) */
+	if (pinned && (!pk->seen || !time_after(pinned_vtime, pk->front)) && take_pinned(mine))
 		return;
 	if (pk->seen && take(cpu, pk->best)) {
 		if (pk->ahead)
@@ -947,8 +961,9 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_init)
 /*
  * CPU hotplug. Without these ops the kernel ejects the scheduler at every CPU going on or
  * offline (SCX_ECODE_RSN_HOTPLUG). Nothing here is per CPU that a hotplug leaves wrong: a
- * dying CPU's tasks, in any queue, are moved to its local queue by the kernel (rq_offline)
- * and come back through ops.enqueue on another CPU (a running one charged at ops.stopping
+ * dying CPU's tasks, in any queue (its pinned one included, which nothing refills once the
+ * CPU is offline: ops.enqueue is skipped then), are moved to its local queue by the kernel
+ * (rq_offline_scx(); without it they would be stranded there) and come back through ops.enqueue on another CPU (a running one charged at ops.stopping
  * first); a task that loses its other CPUs (cpuset v2) waits in the pinned queue of the CPU
  * it has left; the period timers are hrtimers the kernel migrates, and `picks` is scratch of
  * one dispatch. Counted only.
