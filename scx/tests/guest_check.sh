@@ -26,8 +26,7 @@ stat_of() { awk -v k="$1" '$1 == k {print $2}' $g/cpu.stat; }
 # the group's counters in the scheduler's stats file, as one JSON object (the loader writes
 # each cgroup's on a line of its own). No python3 in here: it takes ~4 s to start under TCG.
 counters() { grep -o "{\"cgid\": $(stat -c %i $g),[^}]*}" "$out/stats.json" || echo "{}"; }
-# stdin as one JSON string
-json() { awk 'BEGIN { ORS = ""; print "\"" } { gsub(/\\/, "&&"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); print $0 "\\n" } END { print "\"" }'; }
+. "$(dirname "$0")/lib.sh"  # json
 in_group() { (echo $BASHPID > $g/cgroup.procs; exec "$spin" -t "$ncpu" -d "$1" -p 2000 >/dev/null); }
 
 "$loader" -o "$out/stats.json" -i 100 2>"$out/loader.log" & pid=$!

@@ -26,8 +26,7 @@ cleanup() {
 trap cleanup EXIT
 for g in $groups; do mkdir $cg/$g; done
 usage() { awk '$1 == "usage_usec" {print $2}' $cg/$1/cpu.stat; }
-# stdin as one JSON string (no python3 in here: it takes ~4 s to start under TCG)
-json() { awk 'BEGIN { ORS = ""; print "\"" } { gsub(/\\/, "&&"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); print $0 "\\n" } END { print "\"" }'; }
+. "$(dirname "$0")/lib.sh"  # json
 in_group() { local g=$1; shift; (echo $BASHPID > $cg/$g/cgroup.procs; exec "$@"); }
 server() { sed 's/, *"samples_us": *\[[^]]*\]//' "$out/$1.json"; }  # wakelat's JSON less its samples
 counter() { grep -o "\"$1\": [0-9]*" "$out/stats.json" | awk '{print $2}'; }  # a top-level one of the loader's

@@ -18,8 +18,7 @@ cleanup() {
 }
 trap cleanup EXIT
 report() { echo "scx-old $1"; }
-# stdin as one JSON string (no python3: ~4 s to start under TCG)
-json() { awk 'BEGIN { ORS = ""; print "\"" } { gsub(/\\/, "&&"); gsub(/"/, "\\\""); gsub(/\t/, "\\t"); print $0 "\\n" } END { print "\"" }'; }
+. "$(dirname "$0")/lib.sh"  # json
 throttled() { awk '$1 == "nr_throttled" {print $2}' $g/cpu.stat; }
 # one busy thread for 2 s in a group held to a tenth of a CPU: CFS throttles it every period,
 # even with the host busy (the parallel phase of the suite)
