@@ -28,7 +28,7 @@ from bwlab.targets import host  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 import prereqs  # noqa: E402
 
-PERIOD_US, QUOTA_US = 100_000, 100_000  # one CPU
+PERIOD_US, QUOTA_US = 100_000, int(os.environ.get("FANOUT_QUOTA_US", "100000"))  # one CPU
 LOAD = ["-rps", os.environ.get("FANOUT_RPS", "60"), "-fanout", "4", "-work_us", "3500"]  # 60/s: 0.84 CPU on average
 
 
@@ -41,22 +41,34 @@ def build(tmp: Path) -> Path:
     return out
 
 
-def serve(fanout: Path, grp: cgroup.Group, width: int, seconds: float, seed: int) -> subprocess.Popen[bytes]:
+def calibrate(fanout: Path) -> int:
+    """Spin rounds per part, the most of five processes' own measure: every run then does the
+    same work per request (measured per process it varied by 15 %)."""
+    runs = [subprocess.run([str(fanout), *LOAD, "-seconds", "0.001"], capture_output=True, text=True, check=True)
+            for _ in range(5)]  # fmt: skip
+    return max(int(json.loads(r.stdout)["rounds_per_part"]) for r in runs)
+
+
+def serve(fanout: Path, grp: cgroup.Group, width: int, seconds: float, seed: int,
+          rounds: int) -> subprocess.Popen[bytes]:  # fmt: skip
     env = {**os.environ, "GOMAXPROCS": str(width)}
-    return subprocess.Popen([str(fanout), *LOAD, "-seconds", f"{seconds:g}", "-seed", str(seed)], env=env,
+    argv = [str(fanout), *LOAD, "-seconds", f"{seconds:g}", "-seed", str(seed), "-rounds", str(rounds)]
+    return subprocess.Popen(argv, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             preexec_fn=host.joiner(grp.procs_files), start_new_session=True)  # fmt: skip
 
 
-def one(fanout: Path, seconds: float, rep: int, tmp: Path) -> dict[str, object]:
+def one(fanout: Path, seconds: float, rep: int, tmp: Path, rounds: int) -> dict[str, object]:
     hier = cgroup.detect()
     ncpu = len(os.sched_getaffinity(0))
     with hier.group(cgroup.unique_name(f"threads-whatif-r{rep}"), PERIOD_US, QUOTA_US, 0, None) as grp:
-        proc = serve(fanout, grp, ncpu, seconds + 8, rep)  # doctor's 2 s unwatched first, then its watch
+        proc = serve(fanout, grp, ncpu, seconds + 8, rep, rounds)  # doctor's 5 s unwatched first, then its watch
         try:
             out = tmp / f"doctor-{rep}.json"
+            keep = os.environ.get("THREADS_WHATIF_KEEP")  # a directory: doctor's trace of each rep kept there
+            save = ["--save-trace", str(Path(keep) / f"wide-{rep}.jsonl")] if keep else []
             res = subprocess.run([sys.executable, "-m", "bwlab.cli", "doctor", str(grp.stat_file.parent), "--seconds",
-                                  f"{seconds:g}", "--json", str(out)], capture_output=True, text=True,
+                                  f"{seconds:g}", "--json", str(out), *save], capture_output=True, text=True,
                                  timeout=seconds + 600)  # fmt: skip
             wide, _ = proc.communicate(timeout=seconds + 60)
         finally:
@@ -64,6 +76,8 @@ def one(fanout: Path, seconds: float, rep: int, tmp: Path) -> dict[str, object]:
         if res.returncode != 0:
             raise SystemExit(f"doctor failed: {res.stderr.strip()[-400:]}")
         doc = json.loads(out.read_text())
+        if keep:
+            (Path(keep) / f"doctor-{rep}.json").write_text(out.read_text())
     predicted = {p["setting"]: p for p in doc["predictions"]}
     row = next((s for s in predicted if s.startswith("threads ")), None)
     if row is None:
@@ -71,9 +85,9 @@ def one(fanout: Path, seconds: float, rep: int, tmp: Path) -> dict[str, object]:
         raise SystemExit(f"doctor offered no thread-count what-if: {sorted(predicted)} (threads {threads})")
     k = int(row.split()[1])
     with hier.group(cgroup.unique_name(f"threads-whatif-k-r{rep}"), PERIOD_US, QUOTA_US, 0, None) as grp:
-        proc = serve(fanout, grp, k, seconds + 1, rep)
+        proc = serve(fanout, grp, k, seconds + 7, rep, rounds)
         try:
-            time.sleep(0.5)
+            time.sleep(5.5)  # the arrivals doctor watched (after its 5 s unwatched)
             before, ran0 = grp.read_stat(), _ran(proc.pid)
             time.sleep(seconds)
             delta, ran1 = cpustat.delta(before, grp.read_stat()), _ran(proc.pid)
@@ -103,8 +117,9 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bwlab-threads-whatif-") as tmp:
         fanout = build(Path(tmp))
+        rounds = calibrate(fanout)
         for rep in range(reps):
-            row = one(fanout, seconds, rep, Path(tmp))
+            row = one(fanout, seconds, rep, Path(tmp), rounds)
             print(json.dumps(row), flush=True)
             rows.append(row)
     pred = [float(r["predicted_k_pct"]) for r in rows]  # type: ignore[arg-type]

@@ -410,25 +410,6 @@ class ThreadRecorder:
         span = max((sum(r + s for r, s in ivs) for ivs in self.intervals.values()), default=0.0)
         return total / span if span else 0.0
 
-    def pooled(self, k: int) -> dict[int, list[tuple[float, float]]]:
-        """The same work done by a pool of `k` threads (GOMAXPROCS, a thread pool sized to the
-        quota): each step's demand, with what an earlier step could not fit, shared evenly.
-
-        Every thread's work is folded, a runtime's helpers' too: a lower bound. Keeping the
-        threads that were not busy beside the pool as they ran (Go's sysmon and idle Ms) did
-        not bring the fanout service's prediction within tolerance either: at one thread 0.0,
-        77 and 59 % predicted against 22, 27 and 38 % measured (docs/live.md)."""
-        out: dict[int, list[tuple[float, float]]] = {i: [] for i in range(k)}
-        backlog = 0.0
-        for j, (a, b, _) in enumerate(self.steps):
-            dt_us = (b - a) * 1e6
-            total = backlog + sum(ivs[j][0] for ivs in self.intervals.values() if j < len(ivs))
-            each = min(dt_us, total / k)
-            backlog = total - each * k
-            for i in range(k):
-                out[i].append((each, dt_us - each))
-        return out
-
     def write_trace(self, path: Path, intervals: dict[int, list[tuple[float, float]]] | None = None) -> Path:
         """The intervals (the recorded ones, or these) as a trace file, consecutive equal ones
         merged; threads renumbered."""
@@ -498,3 +479,48 @@ class Stepper:
             self.recorder.boundaries.append((prev + t) / 2)  # between the reads either side
         self.recorder.step(s.t, s.throttled_us)
         self.last_step = t
+
+
+def pool_episodes(episodes: dict[int, list[tuple[float, float]]], k: int,
+                  helper: tuple[float, float] | None = None) -> dict[int, list[tuple[float, float]]]:  # fmt: skip
+    """The same work done by a pool of `k` threads (GOMAXPROCS, a thread pool sized to the
+    quota), as a paced trace: every thread's episodes (ThreadRecorder.episodes: work due when
+    it began), in the order they were due, each taken by the pool's thread that is free
+    first, at its due time or when that thread is done with the one before (a queue: work
+    that arrived while the pool was busy waits, and what throttling delays in the replay runs
+    as soon as it can, as requests do). Given `helper` (us of CPU, every us), a runtime's own
+    thread beside the pool on that cadence (Go's sysmon: threadpools.GO_SYSMON).
+
+    Why episodes, as the replay as it is: folding the steps' intervals (run plus the share of
+    the throttled time, what did not fit carried on) counted the throttled time as work and
+    again when the backlog ran. The fanout service under 0.8 CPU per 100 ms (host 6.18,
+    2026-11-29) was predicted 32, 62 and 60 % throttled with one thread for 22, 41 and 42 %
+    measured; from the episodes, 20-23, 33 and 44 % (docs/live.md)."""
+    due: list[tuple[float, float]] = []  # (when, CPU us)
+    end = 0.0
+    for ivs in episodes.values():
+        t = 0.0
+        for work, sleep in ivs:
+            if work > 0:
+                due.append((t, work))
+            t += work + sleep
+        end = max(end, t)
+    free = [0.0] * k
+    starts: list[list[tuple[float, float]]] = [[] for _ in range(k)]
+    for when, work in sorted(due):
+        i = min(range(k), key=lambda j: free[j])
+        start = max(when, free[i])
+        starts[i].append((start, work))
+        free[i] = start + work
+    out: dict[int, list[tuple[float, float]]] = {}
+    for i, begun in enumerate(starts):
+        ivs = [(0.0, begun[0][0])] if begun and begun[0][0] > 0 else []
+        for j, (start, work) in enumerate(begun):
+            following = begun[j + 1][0] if j + 1 < len(begun) else max(end, start + work)
+            ivs.append((work, following - start - work))
+        out[i] = ivs or [(0.0, end)]
+    if helper is not None and end > 0:
+        wake_us, every_us = helper
+        # half a cadence in: its phase against the period timer varies with the seed
+        out[k] = [(0.0, every_us / 2)] + [(wake_us, every_us - wake_us)] * int((end - every_us / 2) // every_us)
+    return out

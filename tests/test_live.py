@@ -607,18 +607,27 @@ def test_threads_wanting_more_than_the_counters_show_is_at_quota() -> None:
     assert wanting.at == wanting.throttled
 
 
-def test_pooled_threads_do_the_same_work() -> None:
-    """Four threads' work done by two: the same total, no thread more than a step, what does
-    not fit carried to the next step."""
-    rec = ThreadRecorder([1, 2, 3, 4])
-    rec.steps = [(0.0, 0.01, 0.0), (0.01, 0.02, 0.0), (0.02, 0.03, 0.0)]
-    rec.intervals = {1: [(10000, 0), (0, 10000), (0, 10000)], 2: [(10000, 0), (0, 10000), (0, 10000)],
-                     3: [(10000, 0), (0, 10000), (0, 10000)], 4: [(2000, 8000), (0, 10000), (0, 10000)]}  # fmt: skip
-    pool = rec.pooled(2)
-    assert sorted(pool) == [0, 1]
-    assert pool[0] == pool[1]
-    assert [(round(r), round(s)) for r, s in pool[0]] == [(10000, 0), (6000, 4000), (0, 10000)]
-    assert sum(r for ivs in pool.values() for r, _ in ivs) == 32000
+def test_a_pool_takes_the_episodes_in_the_order_they_were_due() -> None:
+    """Three threads' episodes done by one thread, then two: the pool's threads take each
+    episode at its due time or when they are free (a queue), all the work and no more, over
+    the recording's span; a helper wakes on its cadence beside the pool, half a cadence in."""
+    from bwlab.threads import pool_episodes
+
+    eps = {
+        1: [(10000.0, 30000.0)],  # 10 ms due at 0
+        2: [(0.0, 2000.0), (6000.0, 32000.0)],  # 6 ms due at 2 ms
+        3: [(0.0, 30000.0), (4000.0, 6000.0)],
+    }  # 4 ms due at 30 ms; all end at 40 ms
+    one = pool_episodes(eps, 1)
+    assert one == {0: [(10000.0, 0.0), (6000.0, 14000.0), (4000.0, 6000.0)]}  # B waits for A
+    two = pool_episodes(eps, 2)
+    assert two == {0: [(10000.0, 30000.0)], 1: [(0.0, 2000.0), (6000.0, 22000.0), (4000.0, 6000.0)]}
+    for pool in (one, two):
+        assert sum(w for ivs in pool.values() for w, _ in ivs) == 20000
+        assert all(sum(w + s for w, s in ivs) == 40000 for ivs in pool.values())
+    helped = pool_episodes(eps, 1, (20.0, 10000.0))
+    assert helped[0] == one[0] and helped[1] == [(0.0, 5000.0)] + [(20.0, 9980.0)] * 3
+    assert pool_episodes({1: [(0.0, 5000.0)]}, 1) == {0: [(0.0, 5000.0)]}  # nothing ran: a sleeper
 
 
 def test_episodes_are_due_when_the_work_began_and_span_the_throttled_time() -> None:
@@ -993,7 +1002,7 @@ def test_fixes_are_ranked_by_predicted_effect_and_what_barely_helps_is_never_the
     rows = [(whatif.Variant("as it is", lim), 53.0),
             (whatif.Variant("burst 8000 us", Limit(100000, 100000, 8000)), 47.0),
             (whatif.Variant("the series (policy all)", lim, "all"), 0.0),
-            (whatif.Variant("threads 1 (not 8)", lim, trace=Path("pool1.jsonl"), paced=False), 0.8)]  # fmt: skip
+            (whatif.Variant("threads 1 (not 8)", lim, trace=Path("pool1.jsonl")), 0.8)]  # fmt: skip
     predictions = [whatif.Prediction(v, pct, 0.5, 5, 2000.0) for v, pct in rows]
     ranked = fixes.rank(group, diag, facts, predictions)
     assert [f.setting for f in ranked] == ["threads 1 (not 8)", "burst 8000 us"]  # the series: a kernel

@@ -222,8 +222,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             variants.append(whatif.Variant("the series (policy all)", lim, "all"))
             pool = math.ceil(lim.cpus or 0)
             if 0 < pool < min(facts.threads, facts.cpus):  # the same work from as many threads as the quota's CPUs
-                pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", recorder.pooled(pool))
-                variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled, paced=False))
+                go = any(p.runtime == "go" and p.size > pool for p in facts.pools)  # sysmon stays beside
+                work = threads.pool_episodes(episodes, pool, threadpools.GO_SYSMON if go else None)
+                pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", work)
+                variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled))
             if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period
                 quota = round(lim.quota_us * LONG_PERIOD_US / lim.period_us)
                 variants.append(whatif.Variant(f"period {LONG_PERIOD_US // 1000} ms", Limit(quota, LONG_PERIOD_US)))
