@@ -303,6 +303,57 @@ def test_bursty_requests_get_a_burst_that_works_as_predicted(tmp_path: Path) -> 
         assert tuned <= 2 / 3 * as_is, (as_is, tuned)
 
 
+FANOUT = ["-rps", "50", "-fanout", "4", "-work_us", "3500"]  # ~0.7 CPU: benchmarks/threads_whatif.py's load
+
+
+def test_fewer_threads_throttle_as_the_what_if_predicts(tmp_path: Path) -> None:
+    """Contract: the issue's case. A Go service whose requests fan out (workloads/fanout:
+    Poisson arrivals at 50/s, each 4 parts of 3.5 ms run side by side), GOMAXPROCS as wide as
+    the CPUs, under a 1-CPU quota per 100 ms: doctor names its pool, offers "threads 1" with
+    the setting that makes it (GOMAXPROCS=1) and what it costs, and predicts its throttling;
+    the same service with GOMAXPROCS=1, over the same arrivals (the same seed and window, the
+    same work per part), unwatched, is throttled as predicted, and much less than as it was.
+
+    Bounds from 20 runs of this procedure (`benchmarks/threads_whatif.py 20 15`, host 6.18,
+    2026-11-29; docs/testing.md): predicted minus measured -2.3 to +4.0 points, mean +0.3, sd
+    1.8 (the issue's 3 points held in 16 of 20: not yet its tolerance, docs/live.md), asserted
+    within 6; one thread's throttling at most 0.22 of the wide pool's as watched (asserted 0.5),
+    the prediction at most 0.31 of the replay as it is (asserted 0.5)."""
+    if NCPU < 2:
+        lacking("needs two CPUs: one thread must be fewer than the CPUs the pool may use")
+    go = prereqs.which("go")
+    if go is None:
+        lacking("needs go (the fanout service)")
+        return
+    fanout = tmp_path / "fanout"
+    subprocess.run([go, "build", "-o", str(fanout), "."], cwd=REPO / "workloads" / "fanout", check=True, timeout=600)
+    calibrated = [subprocess.run([str(fanout), *FANOUT, "-seconds", "0.001"], capture_output=True, text=True,
+                                 check=True) for _ in range(5)]  # fmt: skip
+    rounds = max(int(json.loads(c.stdout)["rounds_per_part"]) for c in calibrated)
+
+    def serve(width: int, seconds: int) -> list[str]:
+        return ["env", f"GOMAXPROCS={width}", str(fanout), *FANOUT, "-rounds", str(rounds), "-seed", "7",
+                "-seconds", str(seconds)]  # fmt: skip
+
+    hier = cgroup.detect()
+    with hier.group(cgroup.unique_name("fanout"), 100_000, 100_000, 0, None) as grp:
+        with started_in(grp, serve(NCPU, 23)):
+            doc = doctor(grp, 15)  # 5 s unwatched, then 15 s watched
+        with started_in(grp, serve(1, 22)):
+            time.sleep(5.5)  # the arrivals doctor watched
+            narrow, _ = unwatched(grp, 15)
+    predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
+    watched = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
+    row = next((s for s in predicted if s.startswith("threads 1 ")), None)
+    print(f"fanout: watched {watched:.1f} %, predicted {predicted}, GOMAXPROCS=1 {narrow:.1f} % unwatched")
+    assert row is not None, predicted
+    fix = next(f for f in doc["fixes"] if f["setting"] == row)  # type: ignore[attr-defined]
+    assert any(how["command"] == "GOMAXPROCS=1 in its environment" for how in fix["how"]), fix
+    assert "a request can take longer" in fix["trade"], fix
+    assert abs(predicted[row] - narrow) <= 6, (predicted, narrow)
+    assert narrow <= 0.5 * watched and predicted[row] <= 0.5 * predicted["as it is"], (watched, predicted, narrow)
+
+
 def _replay(tmp_path: Path, trace: list[dict[str, int]], quota: int, burst: int, seconds: float) -> list[float]:
     """Throttled periods (%) of the simulator replaying a paced trace at the burst scenario's
     period, five seeds."""
