@@ -495,7 +495,8 @@ def pool_episodes(episodes: dict[int, list[tuple[float, float]]], k: int,
     the throttled time, what did not fit carried on) counted the throttled time as work and
     again when the backlog ran. The fanout service under 0.8 CPU per 100 ms (host 6.18,
     2026-11-29) was predicted 32, 62 and 60 % throttled with one thread for 22, 41 and 42 %
-    measured; from the episodes, 20-23, 33 and 44 % (docs/live.md)."""
+    measured; from the episodes, 23, 40 and 58 % (the third's wide run, watched, did more work
+    than the same arrivals take unwatched: docs/live.md)."""
     due: list[tuple[float, float]] = []  # (when, CPU us)
     end = 0.0
     for ivs in episodes.values():
