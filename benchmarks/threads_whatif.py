@@ -28,7 +28,8 @@ from bwlab.targets import host  # noqa: E402
 sys.path.insert(0, str(ROOT / "tests"))
 import prereqs  # noqa: E402
 
-PERIOD_US, QUOTA_US = 100_000, int(os.environ.get("FANOUT_QUOTA_US", "100000"))  # one CPU
+PERIOD_US = int(os.environ.get("FANOUT_PERIOD_US", "100000"))
+QUOTA_US = int(os.environ.get("FANOUT_QUOTA_US", str(PERIOD_US)))  # one CPU
 LOAD = ["-rps", os.environ.get("FANOUT_RPS", "60"), "-fanout", "4", "-work_us", "3500"]  # 60/s: 0.84 CPU on average
 
 
@@ -62,7 +63,7 @@ def one(fanout: Path, seconds: float, rep: int, tmp: Path, rounds: int) -> dict[
     hier = cgroup.detect()
     ncpu = len(os.sched_getaffinity(0))
     with hier.group(cgroup.unique_name(f"threads-whatif-r{rep}"), PERIOD_US, QUOTA_US, 0, None) as grp:
-        proc = serve(fanout, grp, ncpu, seconds + 8, rep, rounds)  # doctor's 5 s unwatched first, then its watch
+        proc = serve(fanout, grp, ncpu, seconds + 8, rep, rounds)  # doctor's unwatched read first (<= 5 s), its watch
         try:
             out = tmp / f"doctor-{rep}.json"
             keep = os.environ.get("THREADS_WHATIF_KEEP")  # a directory: doctor's trace of each rep kept there
@@ -85,9 +86,10 @@ def one(fanout: Path, seconds: float, rep: int, tmp: Path, rounds: int) -> dict[
         raise SystemExit(f"doctor offered no thread-count what-if: {sorted(predicted)} (threads {threads})")
     k = int(row.split()[1])
     with hier.group(cgroup.unique_name(f"threads-whatif-k-r{rep}"), PERIOD_US, QUOTA_US, 0, None) as grp:
-        proc = serve(fanout, grp, k, seconds + 7, rep, rounds)
+        quiet = float(doc["unwatched"]["seconds"])
+        proc = serve(fanout, grp, k, seconds + quiet + 2, rep, rounds)
         try:
-            time.sleep(5.5)  # the arrivals doctor watched (after its 5 s unwatched)
+            time.sleep(quiet + 0.5)  # the arrivals doctor watched (after its unwatched read)
             before, ran0 = grp.read_stat(), _ran(proc.pid)
             time.sleep(seconds)
             delta, ran1 = cpustat.delta(before, grp.read_stat()), _ran(proc.pid)
