@@ -309,16 +309,20 @@ FANOUT = ["-rps", "50", "-fanout", "4", "-work_us", "3500"]  # ~0.7 CPU: benchma
 def test_fewer_threads_throttle_as_the_what_if_predicts(tmp_path: Path) -> None:
     """Contract: the issue's case. A Go service whose requests fan out (workloads/fanout:
     Poisson arrivals at 50/s, each 4 parts of 3.5 ms run side by side), GOMAXPROCS as wide as
-    the CPUs, under a 1-CPU quota per 100 ms: doctor names its pool, offers "threads 1" with
-    the setting that makes it (GOMAXPROCS=1) and what it costs, and predicts its throttling;
-    the same service with GOMAXPROCS=1, over the same arrivals (the same seed and window, the
-    same work per part), unwatched, is throttled as predicted, and much less than as it was.
+    the CPUs, under a 1-CPU quota per 20 ms: doctor names its pool, offers "threads 1" with the
+    setting that makes it (GOMAXPROCS=1) and what it costs, and predicts its throttling; the
+    same service with GOMAXPROCS=1, over the same arrivals (the same seed and window, the same
+    work per part), unwatched, is throttled as predicted, and far less than as it was.
 
-    Bounds from 20 runs of this procedure (`benchmarks/threads_whatif.py 20 15`, host 6.18,
-    2026-11-29; docs/testing.md): predicted minus measured -2.3 to +4.0 points, mean +0.3, sd
-    1.8 (the issue's 3 points held in 16 of 20: not yet its tolerance, docs/live.md), asserted
-    within 6; one thread's throttling at most 0.22 of the wide pool's as watched (asserted 0.5),
-    the prediction at most 0.31 of the replay as it is (asserted 0.5)."""
+    A 20 ms period: 750 periods in the 15 s window. At 100 ms (150 periods, ~3.5 % throttled:
+    a binomial sd of 1.5 points on the measured side alone) 20 runs held the issue's 3 points
+    in 17; at 20 ms in 20 (docs/live.md). Bounds from those 20 runs (`FANOUT_PERIOD_US=20000
+    FANOUT_QUOTA_US=20000 FANOUT_RPS=50 benchmarks/threads_whatif.py 20 15`, host 6.18,
+    2026-11-29; docs/testing.md): predicted minus measured -2.87 to +1.42 points, mean -0.65,
+    sd 1.24, asserted within 4.5 (3.1 sd below the mean: the issue's 3 points are 1.9 sd, a
+    normal fit's false failure about 1 in 35); one thread's throttling at most 0.093 of the wide
+    pool's as watched (asserted 0.3); the prediction at most 0.081 of the replay as it is
+    (asserted 0.3)."""
     if NCPU < 2:
         lacking("needs two CPUs: one thread must be fewer than the CPUs the pool may use")
     go = prereqs.which("go")
@@ -331,16 +335,17 @@ def test_fewer_threads_throttle_as_the_what_if_predicts(tmp_path: Path) -> None:
                                  check=True) for _ in range(5)]  # fmt: skip
     rounds = max(int(json.loads(c.stdout)["rounds_per_part"]) for c in calibrated)
 
-    def serve(width: int, seconds: int) -> list[str]:
+    def serve(width: int, seconds: float) -> list[str]:
         return ["env", f"GOMAXPROCS={width}", str(fanout), *FANOUT, "-rounds", str(rounds), "-seed", "7",
-                "-seconds", str(seconds)]  # fmt: skip
+                "-seconds", f"{seconds:g}"]  # fmt: skip
 
     hier = cgroup.detect()
-    with hier.group(cgroup.unique_name("fanout"), 100_000, 100_000, 0, None) as grp:
+    with hier.group(cgroup.unique_name("fanout"), 20_000, 20_000, 0, None) as grp:
         with started_in(grp, serve(NCPU, 23)):
-            doc = doctor(grp, 15)  # 5 s unwatched, then 15 s watched
-        with started_in(grp, serve(1, 22)):
-            time.sleep(5.5)  # the arrivals doctor watched
+            doc = doctor(grp, 15)  # its unwatched read (2 s at 20 ms), then 15 s watched
+        quiet = float(doc["unwatched"]["seconds"])  # type: ignore[index]
+        with started_in(grp, serve(1, quiet + 17)):
+            time.sleep(quiet + 0.5)  # the arrivals doctor watched
             narrow, _ = unwatched(grp, 15)
     predicted = {p["setting"]: p["throttled_pct"] for p in doc["predictions"]}  # type: ignore[attr-defined]
     watched = 100 * int(doc["throttled"]) / int(doc["periods"])  # type: ignore[call-overload]
@@ -350,8 +355,8 @@ def test_fewer_threads_throttle_as_the_what_if_predicts(tmp_path: Path) -> None:
     fix = next(f for f in doc["fixes"] if f["setting"] == row)  # type: ignore[attr-defined]
     assert any(how["command"] == "GOMAXPROCS=1 in its environment" for how in fix["how"]), fix
     assert "a request can take longer" in fix["trade"], fix
-    assert abs(predicted[row] - narrow) <= 6, (predicted, narrow)
-    assert narrow <= 0.5 * watched and predicted[row] <= 0.5 * predicted["as it is"], (watched, predicted, narrow)
+    assert abs(predicted[row] - narrow) <= 4.5, (predicted, narrow)
+    assert narrow <= 0.3 * watched and predicted[row] <= 0.3 * predicted["as it is"], (watched, predicted, narrow)
 
 
 def _replay(tmp_path: Path, trace: list[dict[str, int]], quota: int, burst: int, seconds: float) -> list[float]:
