@@ -6,7 +6,11 @@ at either end). Also each run's request latency (p50, p99), as it is and with K 
 
     .venv/bin/python benchmarks/threads_whatif.py [REPS] [SECONDS]   (root; default 3 x 20 s)
 
-One JSON line per rep, then a summary line. On a quiet machine.
+Environment: FANOUT_RPS (requests/s, default 60), FANOUT_PERIOD_US (default 100000),
+FANOUT_QUOTA_US (default: one CPU of that period), THREADS_WHATIF_KEEP (a directory: each rep's
+doctor JSON and its saved trace kept there). Rep r runs seed r; the work per part is
+calibrated once and given to every run (-rounds). One JSON line per rep, then a summary line.
+On a quiet machine.
 """
 
 from __future__ import annotations

@@ -420,10 +420,10 @@ class ThreadRecorder:
         2026-11-29). Numbering the busiest first instead moved wakelat's bursts from 32.4 % to
         27.3 % (33.5-34.0 % measured), so ID order stays."""
         intervals = self.intervals if intervals is None else intervals
-        if not intervals or not any(run for ivs in intervals.values() for run, _ in ivs):
+        worked = [tid for tid in sorted(intervals) if any(round(run) >= 1 for run, _ in intervals[tid])]
+        if not worked:
             raise BwlabError("no thread of the group ran while it was watched: nothing to replay")
         lines = []
-        worked = [tid for tid in sorted(intervals) if any(run >= 0.5 for run, _ in intervals[tid])]
         for n, tid in enumerate(worked):
             merged: list[list[float]] = []
             for run, sleep in intervals[tid]:
@@ -432,7 +432,7 @@ class ThreadRecorder:
                 else:
                     merged.append([run, sleep])
             for run, sleep in merged:
-                if run >= 0.5 or sleep >= 0.5:
+                if round(run) >= 1 or round(sleep) >= 1:
                     lines.append(json.dumps({"run_us": round(run), "sleep_us": round(sleep), "thread": n}))
         path.write_text("\n".join(lines) + "\n")
         return path
@@ -489,14 +489,15 @@ class Stepper:
 
 
 def pool_episodes(episodes: dict[int, list[tuple[float, float]]], k: int,
-                  helper: tuple[float, float] | None = None) -> dict[int, list[tuple[float, float]]]:  # fmt: skip
+                  helpers: tuple[tuple[float, float], ...] = ()) -> dict[int, list[tuple[float, float]]]:  # fmt: skip
     """The same work done by a pool of `k` threads (GOMAXPROCS, a thread pool sized to the
     quota), as a paced trace: every thread's episodes (ThreadRecorder.episodes: work due when
     it began), in the order they were due, each taken by the pool's thread that is free
     first, at its due time or when that thread is done with the one before (a queue: work
     that arrived while the pool was busy waits, and what throttling delays in the replay runs
-    as soon as it can, as requests do). Given `helper` (us of CPU, every us), a runtime's own
-    thread beside the pool on that cadence (Go's sysmon: threadpools.GO_SYSMON).
+    as soon as it can, as requests do). Each of `helpers` (us of CPU, every us) is a runtime's
+    own thread beside the pool on that cadence (a Go program's sysmon: threadpools.GO_SYSMON),
+    numbered after the pool's threads and out of step with each other.
 
     Why episodes, as the replay as it is: folding the steps' intervals (run plus the share of
     the throttled time, what did not fit carried on) counted the throttled time as work and
@@ -527,8 +528,9 @@ def pool_episodes(episodes: dict[int, list[tuple[float, float]]], k: int,
             following = begun[j + 1][0] if j + 1 < len(begun) else max(end, start + work)
             ivs.append((work, following - start - work))
         out[i] = ivs or [(0.0, end)]
-    if helper is not None and end > 0:
-        wake_us, every_us = helper
-        # half a cadence in: its phase against the period timer varies with the seed
-        out[k] = [(0.0, every_us / 2)] + [(wake_us, every_us - wake_us)] * int((end - every_us / 2) // every_us)
+    for j, (wake_us, every_us) in enumerate(helpers if end > 0 else ()):
+        # a fraction of a cadence in (one helper: half): its phase against the period timer
+        # varies with the seed, and two helpers do not wake together
+        first = every_us * (j + 1) / (len(helpers) + 1)
+        out[k + j] = [(0.0, first)] + [(wake_us, every_us - wake_us)] * int((end - first) // every_us)
     return out

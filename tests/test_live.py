@@ -608,17 +608,16 @@ def test_threads_wanting_more_than_the_counters_show_is_at_quota() -> None:
     assert wanting.at == wanting.throttled
 
 
-def test_a_pool_takes_the_episodes_in_the_order_they_were_due() -> None:
+def test_a_pool_takes_the_episodes_in_the_order_they_were_due(tmp_path: Path) -> None:
     """Three threads' episodes done by one thread, then two: the pool's threads take each
     episode at its due time or when they are free (a queue), all the work and no more, over
-    the recording's span; a helper wakes on its cadence beside the pool, half a cadence in."""
+    the recording's span; helpers wake on their cadence beside the pool, one half a cadence
+    in, two a third and two thirds; in the trace a pool thread that got no work is left out
+    and the helper takes its place on the next CPU."""
     from bwlab.threads import pool_episodes
 
-    eps = {
-        1: [(10000.0, 30000.0)],  # 10 ms due at 0
-        2: [(0.0, 2000.0), (6000.0, 32000.0)],  # 6 ms due at 2 ms
-        3: [(0.0, 30000.0), (4000.0, 6000.0)],
-    }  # 4 ms due at 30 ms; all end at 40 ms
+    # 10 ms due at 0, 6 ms due at 2 ms, 4 ms due at 30 ms; all end at 40 ms
+    eps = {1: [(10000.0, 30000.0)], 2: [(0.0, 2000.0), (6000.0, 32000.0)], 3: [(0.0, 30000.0), (4000.0, 6000.0)]}
     one = pool_episodes(eps, 1)
     assert one == {0: [(10000.0, 0.0), (6000.0, 14000.0), (4000.0, 6000.0)]}  # B waits for A
     two = pool_episodes(eps, 2)
@@ -626,9 +625,16 @@ def test_a_pool_takes_the_episodes_in_the_order_they_were_due() -> None:
     for pool in (one, two):
         assert sum(w for ivs in pool.values() for w, _ in ivs) == 20000
         assert all(sum(w + s for w, s in ivs) == 40000 for ivs in pool.values())
-    helped = pool_episodes(eps, 1, (20.0, 10000.0))
+    sysmon = (20.0, 10000.0)
+    helped = pool_episodes(eps, 1, (sysmon,))
     assert helped[0] == one[0] and helped[1] == [(0.0, 5000.0)] + [(20.0, 9980.0)] * 3
+    twice = pool_episodes(eps, 1, (sysmon, sysmon))
+    assert [ivs[0][1] for ivs in (twice[1], twice[2])] == [10000 / 3, 20000 / 3]
     assert pool_episodes({1: [(0.0, 5000.0)]}, 1) == {0: [(0.0, 5000.0)]}  # nothing ran: a sleeper
+    idle = pool_episodes({1: [(10000.0, 30000.0)]}, 2, (sysmon,))  # one episode for two threads
+    lines = ThreadRecorder([]).write_trace(tmp_path / "pool.jsonl", idle).read_text().splitlines()
+    written = sorted({(json.loads(line)["thread"], json.loads(line)["run_us"]) for line in lines})
+    assert written == [(0, 10000), (1, 0), (1, 20)]
 
 
 def test_a_trace_leaves_out_the_threads_that_did_no_work(tmp_path: Path) -> None:

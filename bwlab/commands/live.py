@@ -222,8 +222,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             variants.append(whatif.Variant("the series (policy all)", lim, "all"))
             pool = math.ceil(lim.cpus or 0)
             if 0 < pool < min(facts.threads, facts.cpus):  # the same work from as many threads as the quota's CPUs
-                go = any(p.runtime == "go" and p.size > pool for p in facts.pools)  # sysmon stays beside
-                work = threads.pool_episodes(episodes, pool, threadpools.GO_SYSMON if go else None)
+                sysmons = tuple(threadpools.GO_SYSMON for p in facts.pools if p.runtime == "go" and p.size > pool)
+                work = threads.pool_episodes(episodes, pool, sysmons)  # each Go program's sysmon stays beside
                 pooled = recorder.write_trace(Path(tmp) / f"pool{pool}.jsonl", work)
                 variants.append(whatif.Variant(f"threads {pool} (not {facts.threads})", lim, trace=pooled))
             if lim.quota_us is not None and lim.period_us < LONG_PERIOD_US:  # the same CPUs, a longer period

@@ -68,17 +68,19 @@ def rank(group: LiveGroup, diag: diagnose.Diagnosis, facts: diagnose.Facts,
         trade: str | None = None
         if v.policy != "mainline":
             continue  # a patched kernel: the what-if's table shows it; no setting applies it
-        if v.trace is not None:  # the same work from fewer threads (threads.pooled)
+        if v.trace is not None:  # the same work from fewer threads (threads.pool_episodes)
             n = int(v.label.split()[1])
             pools = [pool for pool in facts.pools if pool.size > n]
             how = tuple((f"{pool.runtime} {pool.exe} (pid {pool.pid})", pool.advice(n)) for pool in pools) or (
                 ("its program", f"at most {n} threads running at once (its worker pool's size)"),
             )
+            beside = ("with each Go program's sysmon beside them; a runtime's other threads"
+                      if any(pool.runtime == "go" for pool in pools) else
+                      "and nothing beside them, so it is a lower bound: a runtime's own threads")  # fmt: skip
             trade = (f"the same work on {n} thread{'s' if n > 1 else ''}: parts of a request that ran side by "
                      "side wait their turn, so a request can take longer even as throttling falls; the replay runs "
-                     "the work on exactly these threads, beside them only a Go program's sysmon: a runtime's other "
-                     "threads, waking on another CPU in a period the pool runs through, can throttle it more "
-                     "(docs/live.md)")  # fmt: skip
+                     f"the work on exactly these threads {beside}, waking on another CPU in a period the pool runs "
+                     "through, can throttle it more (docs/live.md)")  # fmt: skip
         elif v.limit.burst_us and v.limit.period_us == group.limit.period_us:
             how = tuple(diag.commands) or tuple(diagnose.commands(group, v.limit.burst_us))
         elif v.limit.quota_us is not None and v.limit.period_us != group.limit.period_us:

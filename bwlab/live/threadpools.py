@@ -38,11 +38,12 @@ GO_CONTAINER_AWARE = (1, 25)  # the first Go whose default GOMAXPROCS reads the 
 PROC_CGROUPS = Path("/proc/cgroups")
 JVM_REQUIRED_ROWS = ("cpu", "cpuacct", "cpuset", "memory")  # what a JVM before JDK-8349988 checks
 JDK_READS_V2_ITSELF = 25  # the first JDK with JDK-8349988
-# Go's sysmon (runtime/proc.go): a thread of its own, off the Ps, that sleeps 20 us at first and
-# up to 10 ms between looks while the program is idle, and does not sleep deeper while
-# goroutines run. Measured here (host 6.18, fanout under GOMAXPROCS=1 at 45 and 60 requests/s,
-# /proc/PID/task/TID/schedstat over 9.5 s, 2026-11-29): 858 and 950 wake-ups of 18.9 and 22.4
-# us on average, every 10-11 ms. What a narrowed Go pool keeps beside it (threads.pooled).
+# Go's sysmon (runtime/proc.go): a thread of its own, off the Ps, that sleeps 20 us between
+# looks at first, doubling after 50 looks with nothing to retake up to 10 ms (its usual pace
+# while goroutines run), and blocks until woken while every P is idle. Measured here (host
+# 6.18, fanout under GOMAXPROCS=1 at 45 and 60 requests/s, /proc/PID/task/TID/schedstat over
+# 9.5 s, 2026-11-29): 858 and 950 wake-ups of 18.9 and 22.4 us on average, every 10-11 ms.
+# What a narrowed Go pool keeps beside it (threads.pool_episodes).
 GO_SYSMON = (20.0, 10_000.0)  # us of CPU, every us
 
 

@@ -19,7 +19,7 @@ class Variant:
     label: str
     limit: Limit
     policy: str = "mainline"  # a stock kernel; "all": the series
-    trace: Path | None = None  # another recording of the work (threads.pooled), else predict()'s
+    trace: Path | None = None  # another recording of the work (threads.pool_episodes), else predict()'s
     paced: bool = True  # the trace's intervals are due at their recorded times (threads.episodes)
 
 

@@ -1,3 +1,3 @@
 module fanout
 
-go 1.26
+go 1.25
