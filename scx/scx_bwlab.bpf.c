@@ -964,9 +964,10 @@ s32 BPF_STRUCT_OPS_SLEEPABLE(bwlab_init)
  * dying CPU's tasks, in any queue (its pinned one included, which nothing refills once the
  * CPU is offline: ops.enqueue is skipped then), are moved to its local queue by the kernel
  * (rq_offline_scx(); without it they would be stranded there) and come back through
- * ops.enqueue on another CPU (a running one charged at ops.stopping first); a task that loses its other CPUs (cpuset v2) waits in the pinned queue of the CPU
- * it has left; the period timers are hrtimers the kernel migrates, and `picks` is scratch of
- * one dispatch. Counted only.
+ * ops.enqueue on another CPU (a running one charged at ops.stopping first); a task that loses
+ * its other CPUs (cpuset v2) waits in the pinned queue of the CPU it has left; the period
+ * timers are hrtimers the kernel migrates, and `picks` is scratch of one dispatch. Counted
+ * only.
  */
 u64 nr_cpu_online, nr_cpu_offline;
 
