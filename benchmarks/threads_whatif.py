@@ -30,6 +30,7 @@ from bwlab import cgroup, cpustat, threads  # noqa: E402
 from bwlab.targets import host  # noqa: E402
 
 sys.path.insert(0, str(ROOT / "tests"))
+import fanout_service  # noqa: E402
 import prereqs  # noqa: E402
 
 PERIOD_US = int(os.environ.get("FANOUT_PERIOD_US", "100000"))
@@ -42,16 +43,10 @@ def build(tmp: Path) -> Path:
     if go is None:
         raise SystemExit("threads_whatif: needs go")
     out = tmp / "fanout"
-    subprocess.run([go, "build", "-o", str(out), "."], cwd=ROOT / "workloads" / "fanout", check=True)
+    built = fanout_service.build(go, out)
+    if built.returncode != 0:
+        raise SystemExit(f"threads_whatif: go build failed: {built.stderr.strip()[-400:]}")
     return out
-
-
-def calibrate(fanout: Path) -> int:
-    """Spin rounds per part, the most of five processes' own measure: every run then does the
-    same work per request (measured per process it varied by 15 %)."""
-    runs = [subprocess.run([str(fanout), *LOAD, "-seconds", "0.001"], capture_output=True, text=True, check=True)
-            for _ in range(5)]  # fmt: skip
-    return max(int(json.loads(r.stdout)["rounds_per_part"]) for r in runs)
 
 
 def serve(fanout: Path, grp: cgroup.Group, width: int, seconds: float, seed: int,
@@ -123,7 +118,7 @@ def main() -> None:
     rows = []
     with tempfile.TemporaryDirectory(prefix="bwlab-threads-whatif-") as tmp:
         fanout = build(Path(tmp))
-        rounds = calibrate(fanout)
+        rounds = fanout_service.calibrate(fanout, LOAD)
         for rep in range(reps):
             row = one(fanout, seconds, rep, Path(tmp), rounds)
             print(json.dumps(row), flush=True)

@@ -32,6 +32,7 @@ from bwlab.machine import kernel_hz
 from bwlab.workloads import programs, wakelat
 from bwlab.workloads.trace import read_trace
 
+import fanout_service
 import prereqs
 from conftest import (
     REPO,
@@ -332,13 +333,9 @@ def test_fewer_threads_throttle_as_the_what_if_predicts(tmp_path: Path) -> None:
         lacking("needs go (the fanout service)")
         return
     fanout = tmp_path / "fanout"
-    env = {**os.environ, "GOTOOLCHAIN": "local"}  # go.mod's version or newer: nothing fetched
-    built = subprocess.run([go, "build", "-o", str(fanout), "."], cwd=REPO / "workloads" / "fanout",
-                           capture_output=True, text=True, env=env, timeout=600)  # fmt: skip
+    built = fanout_service.build(go, fanout)
     assert built.returncode == 0, built.stderr
-    calibrated = [subprocess.run([str(fanout), *FANOUT, "-seconds", "0.001"], capture_output=True, text=True,
-                                 check=True) for _ in range(5)]  # fmt: skip
-    rounds = max(int(json.loads(c.stdout)["rounds_per_part"]) for c in calibrated)
+    rounds = fanout_service.calibrate(fanout, FANOUT)
 
     def serve(width: int, seconds: float) -> list[str]:
         return ["env", f"GOMAXPROCS={width}", str(fanout), *FANOUT, "-rounds", str(rounds), "-seed", "7",
