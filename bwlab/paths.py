@@ -17,6 +17,9 @@ LAGS_SERIES = KERNEL_DIR / "lags" / "series"
 SLUSH_SERIES = KERNEL_DIR / "slush" / "series"
 LOCKFREE_SERIES = KERNEL_DIR / "lockfree" / "series"
 DEFAULT_SERIES = KERNEL_DIR / "lab" / "series"
+# The measurement kernel (core.config, the quick plan's alone) and what every other lab kernel
+# adds to it (lab.config: tracing, host-userland guests, BPF)
+CORE_CONFIG = KERNEL_DIR / "configs" / "core.config"
 LAB_CONFIG = KERNEL_DIR / "configs" / "lab.config"
 TEST_CPU_ONLY = KERNEL_DIR / "selftest" / "test_cpu_only.c"
 DEBUG_CONFIG = KERNEL_DIR / "configs" / "debug.config"

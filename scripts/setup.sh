@@ -1,15 +1,27 @@
 #!/usr/bin/env bash
 # Install what bwlab needs on a Debian machine (root or sudo) and the Python package in .venv.
 # Idempotent: packages already present are not reinstalled.
+#   setup.sh           what the main job (bwlab reproduce, the CLI) needs
+#   setup.sh --tests   that and what only the tests use: sshd, podman, bpftrace, Prometheus,
+#                      clang, a JRE, containerd and crictl (scripts/test.sh runs this one)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+tests=0
+case "${1:-}" in
+  "") ;;
+  --tests) tests=1 ;;
+  *) echo "setup: unknown argument '$1' (usage: setup.sh [--tests])" >&2; exit 2 ;;
+esac
 
 PACKAGES=(
   qemu-system-x86 busybox-static sysbench rt-tests linux-perf   # guest and workloads
   build-essential flex bison bc libelf-dev libssl-dev            # kernel build
-  cpio patch xz-utils file python3-venv                          # initramfs, sources, tests
+  cpio patch xz-utils file python3-venv                          # initramfs, sources
   git perl                                                       # git am, checkpatch.pl
-  openssh-client openssh-server                                  # the ssh:// target and its tests
+  openssh-client                                                 # the ssh:// target
+)
+TEST_PACKAGES=(
+  openssh-server                                                 # the ssh:// target's tests
   podman runc                                                    # a real container for bwlab doctor/top tests
   bpftrace                                                       # bwlab doctor --ebpf and its tests
   prometheus                                                     # bwlab exporter tests: a real server, promtool
@@ -20,9 +32,12 @@ PACKAGES=(
 SUDO=""
 if [ "$(id -u)" -ne 0 ]; then SUDO="sudo"; fi
 
-# doctor's JVM pool test needs a JRE: Debian's where the machine has none (Go >= 1.25 for its Go
-# case is expected from the machine: /usr/local/go/bin; tests/prereqs.py checks both)
-if ! command -v java >/dev/null 2>&1; then PACKAGES+=(default-jre-headless); fi
+if [ "$tests" = 1 ]; then
+  PACKAGES+=("${TEST_PACKAGES[@]}")
+  # doctor's JVM pool test needs a JRE: Debian's where the machine has none (Go >= 1.25 for its
+  # Go case is expected from the machine: /usr/local/go/bin; tests/prereqs.py checks both)
+  if ! command -v java >/dev/null 2>&1; then PACKAGES+=(default-jre-headless); fi
+fi
 
 missing=()
 for pkg in "${PACKAGES[@]}"; do
@@ -35,8 +50,10 @@ if [ "${#missing[@]}" -gt 0 ]; then
 fi
 
 # bwlab-nri's real tests (tests/test_nri_real.py) drive containerd 2.x and crictl, built once
-# from the Go module proxy into bwlab's cache (nri/install-runtime.sh)
-bash nri/install-runtime.sh "${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}"
+# from the Go module proxy into bwlab's cache (nri/install-runtime.sh): the tests' alone
+if [ "$tests" = 1 ]; then
+  bash nri/install-runtime.sh "${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}"
+fi
 
 # The simulator (sim/) is Rust, built into bwlab._sim by maturin during the pip install; its
 # build directory is kept in bwlab's cache (bwlab/paths.py) for the next clone to reuse.

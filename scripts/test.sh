@@ -8,7 +8,7 @@ cd "$(dirname "$0")/.."
 # that a fresh clone on a warm machine does not rebuild the simulator's dependencies.
 cache="${BWLAB_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/bwlab}"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$cache/cargo-target}" MYPY_CACHE_DIR="${MYPY_CACHE_DIR:-$cache/mypy}"
-bash scripts/setup.sh
+bash scripts/setup.sh --tests
 .venv/bin/ruff check bwlab tests benchmarks scripts
 .venv/bin/ruff format --check bwlab tests benchmarks scripts
 .venv/bin/mypy

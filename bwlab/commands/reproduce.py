@@ -31,15 +31,23 @@ TABLE2_POLICIES = ("unthrottle-retry", "clip-slice", "default-burst", "early-ref
 
 @dataclass(frozen=True)
 class Kernel:
-    """Which kernel a guest run needs: patched or not, HZ, extra config fragments."""
+    """Which kernel a guest run needs: patched or not, HZ, extra config fragments; `core`: the
+    measurement kernel alone (core.config), not the lab kernel (the quick plan's, built in a
+    third of the time)."""
 
     patched: bool
     hz: int = 250
     fragments: tuple[Path, ...] = ()
+    core: bool = False
+
+    @property
+    def config(self) -> tuple[Path, ...]:
+        """Every config fragment, in order."""
+        return kernel_build.core_fragments() if self.core else kernel_build.default_fragments(list(self.fragments))
 
     @property
     def variant_name(self) -> str:
-        return kernel_build.variant_name(self.patched, kernel_build.flavor_of(self.fragments))
+        return kernel_build.variant_name(self.patched, kernel_build.flavor_of(self.config))
 
 
 @dataclass(frozen=True)
@@ -100,11 +108,12 @@ def plan(patched: bool, host: bool, guest: bool, quick: bool) -> list[Job]:
     if quick:
         lab = ["timerlat", "noise", "table2", "rewrite-storm", "cglat", "burst", "hierarchy"]
         jobs = [Job(w) for w in lab] if host else []
-        if guest:
-            jobs += [Job(w, Kernel(False)) for w in lab] + [_colocation(Kernel(False))]
+        if guest:  # the measurement kernels (core.config): none of the lab config's extras is used
+            base, patch = Kernel(False, core=True), Kernel(True, core=True)
+            jobs += [Job(w, base) for w in lab] + [_colocation(base)]
             if patched:
-                jobs += [Job(w, Kernel(True), "all") for w in ("table2", "rewrite-storm", "burst", "hierarchy")]
-                jobs.append(_colocation(Kernel(True)))
+                jobs += [Job(w, patch, "all") for w in ("table2", "rewrite-storm", "burst", "hierarchy")]
+                jobs.append(_colocation(patch))
         return _quick(jobs)
     base, patch = Kernel(False), Kernel(True)
     jobs = []
@@ -138,8 +147,7 @@ def _build(
 ) -> kernel_build.KernelImage:
     if kernel not in cache:
         series = kernel_build.read_series(DEFAULT_SERIES if kernel.patched else None)
-        variant = kernel_build.Variant(source, series, kernel_build.default_fragments(list(kernel.fragments)),
-                                       kernel.hz)  # fmt: skip
+        variant = kernel_build.Variant(source, series, kernel.config, kernel.hz)
         image = kernel_build.cached_image(variant)
         if image is None:
             with step(f"build kernel {variant.key} ({kernel.variant_name}, HZ={kernel.hz})"):

@@ -23,7 +23,7 @@ from pathlib import Path
 from bwlab.errors import BwlabError
 from bwlab.kernel import pahole
 from bwlab.kernel.source import KernelSource
-from bwlab.paths import LAB_CONFIG, cache_root
+from bwlab.paths import CORE_CONFIG, LAB_CONFIG, cache_root
 from bwlab.progress import console
 
 SUPPORTED_HZ = (100, 250, 300, 1000)
@@ -169,8 +169,12 @@ class KernelImage:
 
 
 def flavor_of(fragments: tuple[Path, ...]) -> str:
-    """Names of the config fragments beyond lab.config: "debug", "lockstat", "" for none."""
-    return "+".join(f.stem for f in fragments if f != LAB_CONFIG)
+    """Names of the config fragments beyond the lab kernel's (core.config and lab.config):
+    "debug", "lockstat", "" for none; "core" for the measurement kernel without lab.config."""
+    names = [f.stem for f in fragments if f not in (CORE_CONFIG, LAB_CONFIG)]
+    if CORE_CONFIG in fragments and LAB_CONFIG not in fragments:
+        names.insert(0, CORE_CONFIG.stem)
+    return "+".join(names)
 
 
 def variant_name(patched: bool, flavor: str) -> str:
@@ -186,7 +190,13 @@ def hz_fragment(hz: int) -> str:
 
 
 def default_fragments(extra: list[Path] | None = None) -> tuple[Path, ...]:
-    return (LAB_CONFIG, *(extra or []))
+    """The lab kernel's fragments, then `extra`."""
+    return (CORE_CONFIG, LAB_CONFIG, *(extra or []))
+
+
+def core_fragments() -> tuple[Path, ...]:
+    """The measurement kernel alone (the quick plan's): no tracing, host-userland or BPF."""
+    return (CORE_CONFIG,)
 
 
 def images_dir() -> Path:
@@ -329,7 +339,7 @@ def configure(variant: Variant, src: Path, out: Path, log: Path, extra: list[str
             fh.write(f"\nbwlab: fragment symbols not set (deps missing): {dropped}\n")
     # An extra fragment (debug, lockstat) is asked for on purpose: all of it must take effect.
     for frag in variant.fragments:
-        if frag == LAB_CONFIG:
+        if frag in (CORE_CONFIG, LAB_CONFIG):
             continue
         asked = re.findall(r"^(CONFIG_\w+)=y$", frag.read_text(), re.MULTILINE)
         lost = [sym for sym in asked if f"\n{sym}=y" not in final]
