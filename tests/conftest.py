@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import signal
 import subprocess
@@ -188,6 +189,19 @@ def daemonset(manifest: Path) -> tuple[dict[str, Any], dict[str, Any]]:
     spec: dict[str, Any] = yaml.safe_load(manifest.read_text())["spec"]["template"]["spec"]
     (container,) = spec["containers"]
     return spec, container
+
+
+def binomial_floor(n: int, p: float, alpha: float = 0.005) -> int:
+    """The least count a Binomial(n, p) reaches but with probability <= alpha: the bound that a
+    count of n trials, each a success with probability p, falls below once in 1/alpha runs."""
+    below, k = 0.0, 0
+    while k <= n:
+        term = math.comb(n, k) * p**k * (1 - p) ** (n - k)
+        if below + term > alpha:
+            return k
+        below += term
+        k += 1
+    return n
 
 
 def lacking(reason: str) -> None:

@@ -24,27 +24,27 @@ SSHD = Path("/usr/sbin/sshd")
 RUNTIME_SCRIPT = Path(__file__).resolve().parent.parent / "nri" / "install-runtime.sh"
 RUNTIME_TOOLS = ("containerd", "containerd-shim-runc-v2", "ctr", "crictl")
 
-# program on PATH -> what provides it (scripts/setup.sh installs each but Go)
+# program on PATH -> what provides it (scripts/setup.sh --tests installs each but Go)
 TOOLS = {
     "qemu-system-x86_64": "qemu-system-x86 (scripts/setup.sh)",
     "busybox": "busybox-static (scripts/setup.sh)",
     "sysbench": "sysbench (scripts/setup.sh)",
     "hackbench": "rt-tests (scripts/setup.sh)",
     "perf": "linux-perf (scripts/setup.sh)",
-    "bpftrace": "bpftrace (scripts/setup.sh)",
-    "podman": "podman (scripts/setup.sh)",
-    "prometheus": "prometheus (scripts/setup.sh)",
-    "promtool": "prometheus (scripts/setup.sh)",
-    "java": "a JRE (scripts/setup.sh installs default-jre-headless where none is)",
+    "bpftrace": "bpftrace (scripts/setup.sh --tests)",
+    "podman": "podman (scripts/setup.sh --tests)",
+    "prometheus": "prometheus (scripts/setup.sh --tests)",
+    "promtool": "prometheus (scripts/setup.sh --tests)",
+    "java": "a JRE (scripts/setup.sh --tests installs default-jre-headless where none is)",
     "cc": "build-essential (scripts/setup.sh)",
     "make": "build-essential (scripts/setup.sh)",
     "git": "git (scripts/setup.sh)",
     "perl": "perl (scripts/setup.sh)",
     "ssh": "openssh-client (scripts/setup.sh)",
     "unshare": "util-linux",
-    "debootstrap": "debootstrap (scripts/setup.sh): deploy/build-images.sh's base, trixie's pahole",
-    "clang-19": "clang-19 (scripts/setup.sh): scx_bwlab's BPF",
-    "ld.lld-19": "lld-19 (scripts/setup.sh): the kernel tree's libbpf and bpftool for scx_bwlab (LLVM=-19)",
+    "debootstrap": "debootstrap (scripts/setup.sh --tests): deploy/build-images.sh's base, trixie's pahole",
+    "clang-19": "clang-19 (scripts/setup.sh --tests): scx_bwlab's BPF",
+    "ld.lld-19": "lld-19 (scripts/setup.sh --tests): the kernel tree's libbpf and bpftool for scx_bwlab (LLVM=-19)",
 }
 
 
@@ -85,9 +85,9 @@ def missing() -> list[str]:
             out.append(f"{tool} ({source})")
     for tool in RUNTIME_TOOLS:
         if not (runtime_dir() / tool).is_file():
-            out.append(f"{runtime_dir() / tool} (nri/install-runtime.sh, run by scripts/setup.sh)")
+            out.append(f"{runtime_dir() / tool} (nri/install-runtime.sh, run by scripts/setup.sh --tests)")
     if not SSHD.is_file():
-        out.append(f"{SSHD} (openssh-server, scripts/setup.sh)")
+        out.append(f"{SSHD} (openssh-server, scripts/setup.sh --tests)")
     go = which("go")
     if go is None:
         out.append(f"go >= {GO_MIN[0]}.{GO_MIN[1]} (expected from the machine: /usr/local/go/bin or PATH)")

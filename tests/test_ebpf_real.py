@@ -10,12 +10,14 @@ from running) is measured, not estimated. Contracts:
   many, twice the quota (every throttle real);
 - it is the truth for workloads whose demand is not known per period: wakelat's Poisson
   bursts of 50 ms requests, the `burst` scenario's shape (quota 0.875 x CPUs per 100 ms,
-  15 workers per CPU) and one at a 10 ms period with a 1-CPU quota; polling calls periods of
-  over-use so (>= 90 % per run), its estimate of each period's demand is close to the traced one
-  (90th percentile within 3 % of the quota at 100 ms, 15 % at 10 ms), what it calls below
-  quota is (at most 15 % of the calls wrong, four however few), and it finds at least half of the
-  truly below-quota ones per run (docs/results.md, Live tools, 2026-11-24: 98 of 109 at 100 ms over sixteen
-  runs, 157 of 163 at 10 ms over ten; a single run found 7 of 9).
+  15 workers per CPU) and one at a 10 ms period with a 1-CPU quota, each traced for 30 s until
+  20 truly below-quota periods are pooled (4 runs at most); over the pooled periods polling
+  calls periods of over-use so (>= 90 %), its estimate of each period's demand is close to the
+  traced one (90th percentile within 3 % of the quota at 100 ms, 15 % at 10 ms), what it calls
+  below quota is (at most 15 % of the calls wrong, four however few), and it finds the truly
+  below-quota ones at a recall whose binomial floor at p = 0.90 fails once in 200
+  (docs/results.md, Live tools, 2026-11-24: 98 of 109 at 100 ms over sixteen runs, 157 of 163
+  at 10 ms over ten).
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ import pytest
 from bwlab import schedtrace
 from bwlab.workloads import programs
 
-from conftest import bwlab, needs_root, running_in_group, tracefs_state
+from conftest import binomial_floor, bwlab, needs_root, running_in_group, tracefs_state
 
 pytestmark = needs_root()
 
@@ -222,6 +224,17 @@ def wakelat(workers: int, rps: float) -> list[str]:
             "-c", "50000", "-S", "100", "-d", "600"]  # fmt: skip
 
 
+# The recall of "below quota" is asserted on at least this many truly below-quota periods,
+# pooled over traced runs (a run has 2 to 25): one run's few made "found >= half where >= 5" fail
+# 1 in 30 on its own arithmetic (CI: 3 of 9), where the pooled recall was 0.96.
+RECALL_TRUTHS = 20
+RECALL_RUNS = 4  # traced runs of 30 s at most, until RECALL_TRUTHS
+# The per-period recall the binomial bound is drawn from: the lower of the two cases' pooled
+# recalls measured (docs/results.md, Live tools: 98 of 109 at 100 ms, 157 of 163 at 10 ms),
+# so the bound fails a case at most once in 200 if its periods were independent.
+RECALL_P = 0.90
+
+
 @pytest.mark.parametrize(
     ("period_us", "quota_cpus", "workers", "rps"),
     [(100_000, 0.875 * NCPU, 15 * NCPU, 12.5 * NCPU), (10_000, 1.0, 16, 8.0)],
@@ -230,30 +243,46 @@ def wakelat(workers: int, rps: float) -> list[str]:
 def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cpus: float, workers: int,
                                                         rps: float) -> None:  # fmt: skip
     quota = round(quota_cpus * period_us)  # no burst
-    with running(period_us, quota, wakelat(workers, rps)) as path:
-        before = machine_cpu()
-        doc = traced_doctor(path, 30)
-        busy, steal = (b - a for a, b in zip(before, machine_cpu(), strict=True))
-    found = throttled_periods(doc)
-    assert len(found) >= 10, doc["throttled"]  # bursts: 5-38 % of periods throttled in 20 s runs
+    found: list[dict[str, object]] = []
+    docs: list[dict[str, object]] = []
+    for run in range(RECALL_RUNS):
+        with running(period_us, quota, wakelat(workers, rps)) as path:
+            before = machine_cpu()
+            doc = traced_doctor(path, 30)
+            busy, steal = (b - a for a, b in zip(before, machine_cpu(), strict=True))
+        docs.append(doc)
+        mine = throttled_periods(doc)
+        found += mine
+        sampling = doc["sampling"]
+        assert isinstance(sampling, dict)
+        # each run's conditions, for a failure to be read by (issue 54): the machine's other work
+        # and steal, how many reads the sampler made and its largest boundary error
+        print(
+            f"run {run}: throttled {len(mine)}, truth below {sum(p['verdict'] == 'below' for p in mine)}; "
+            f"machine busy {busy:.1f} CPU-s, steal {steal:.2f} s; sampler reads {sampling.get('reads')}, "
+            f"max boundary error {sampling.get('max_error_us')} us"
+        )
+        if sum(p["verdict"] == "below" for p in found) >= RECALL_TRUTHS:
+            break
+    assert len(found) >= 10, [d["throttled"] for d in docs]  # bursts: 5-38 % of periods throttled in 20 s runs
     pairs = [(p["verdict"] == "below", p["estimated"] == "below") for p in found]
     agree = sum(truth == said for truth, said in pairs) / len(pairs)
     tp = sum(truth and said for truth, said in pairs)
     truths, saids = sum(truth for truth, _ in pairs), sum(said for _, said in pairs)
     # what a failure needs to be read (CI once: 7 of 95 periods of over-use called below, none
     # truly below, where 32 runs here had made 12 such calls in about 2800): the disagreements
-    # as (traced demand, estimate) in quotas, and whether the machine was quiet
+    # as (traced demand, estimate) in quotas
     disagree = [(round(float(p["demand_us"]) / quota, 3), round(float(p["estimated_us"]) / quota, 3))  # type: ignore[arg-type]
              for p, (truth, said) in zip(found, pairs, strict=True) if truth != said]  # fmt: skip
-    summary = (f"{len(pairs)} throttled, truth below {truths}, polling below {saids}, both {tp}; "
-               f"disagreeing (demand, estimate) / quota {disagree[:10]}; the machine busy {busy:.1f} CPU-s "
-               f"in the run (the group's quota {30 * quota_cpus:g}), steal {steal:.1f}")  # fmt: skip
+    summary = (f"{len(docs)} run(s), {len(pairs)} throttled, truth below {truths}, polling below {saids}, "
+               f"both {tp}; disagreeing (demand, estimate) / quota {disagree[:10]}")  # fmt: skip
     # the estimate against the truth, period by period, as a share of the quota: what decides
     # the verdicts, and what the band of periods near the line (the quota plus 10 %, where these
     # bursts put many) does not blur. 32 runs at 100 ms (host 6.18, 2026-11-24): the 90th
     # percentile of |estimate - truth| per run 0.05-1.1 %. At 10 ms, 0.7-5.1 % in 14 runs on
     # 2026-11-24, but 2.1-11.0 % in 12 runs here and 13.5 % once in CI on 2026-11-25 (revision
-    # 9bd1116; the cause is not found), with the verdicts agreeing in 98.2-100 % of periods
+    # 9bd1116; the cause is not found), with the verdicts agreeing in 98.2-100 % of periods.
+    # Pooled over the runs: a pooled percentile lies within the runs' range.
     errors = sorted(abs(float(p["estimated_us"]) - float(p["demand_us"])) / quota for p in found)  # type: ignore[arg-type]
     p90 = errors[int(0.9 * (len(errors) - 1))]
     print(f"{period_us} us, {quota_cpus:g} CPUs: {summary}, agreement {agree:.3f}, p90 error {p90:.4f}")
@@ -274,24 +303,23 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
 
     wrong = [(p["demand_us"], p["near_line"]) for p in found if near_line(p) not in (None, p["near_line"])]
     assert not wrong, (quota, wrong)
-    per_period = doc["per_period"]
-    assert isinstance(per_period, list)
-    assert doc["near_line"] == sum(p["throttled"] for p in per_period if p["near_line"])
+    for doc in docs:
+        per_period = doc["per_period"]
+        assert isinstance(per_period, list)
+        assert doc["near_line"] == sum(p["throttled"] for p in per_period if p["near_line"])
 
-    # how many truly below-quota periods a run has varies (2 to 25 here), so the shares are
-    # asserted with an allowance for few: periods of over-use called so, wrong below calls near
-    # the line at most 15 % of the below calls (four allowed however few), and at least half
-    # found where there are five or more. Why four: 12 of 243 calls were wrong over 32 runs (5 %,
-    # all within 4 % of the line), and a run at 10 ms makes about 24; at 5 % a run has 3 or more
-    # wrong once in nine (binomial), 5 or more once in 300.
+    # Wrong below calls near the line at most 15 % of the below calls (four allowed however few).
+    # Why four: 12 of 243 calls were wrong over 32 runs (5 %, all within 4 % of the line), and a
+    # run at 10 ms makes about 24; at 5 % a run has 3 or more wrong once in nine (binomial), 5 or
+    # more once in 300; pooled over runs the share only tightens.
     # A wrong below call far over the line (the trace: more than 1.25 of what fits, about two
     # quotas) was taken for polling's blind spot until 2026-11-28, when the samples of three
     # showed one thread running and nothing else wanting: the truth's error, a thread woken
     # twice and asleep counted as wanting (schedtrace.build; docs/testing.md). They had come
     # together in a run: 0-2 in a run alone, 5, 5 and 10 (of 368-515 throttled) in CI runs.
     # At most max(6, 2 %) of the throttled periods stays: re-traced, none is left in six runs.
-    # Periods of over-use called so: at least 90 % per run (two CI runs on 2026-11-25 had 88 of
-    # 95 and 77 of 83, the same error in the truth; here 0-2 a run).
+    # Periods of over-use called so: at least 90 % (two CI runs on 2026-11-25 had 88 of 95 and
+    # 77 of 83, the same error in the truth; here 0-2 wrong a run).
     far = sum(said and not truth and float(p["demand_us"]) > 1.25 * capacity(p)  # type: ignore[arg-type]
               for p, (truth, said) in zip(found, pairs, strict=True))  # fmt: skip
     print(f"{period_us} us: wrong below calls {saids - tp}, of them far over the line {far}")
@@ -299,7 +327,11 @@ def test_polling_agrees_with_the_traced_truth_on_bursts(period_us: int, quota_cp
     assert len(over_used) >= 10 and sum(not said for said in over_used) / len(over_used) >= 0.90, summary
     assert saids - tp - far <= max(4, 0.15 * saids), summary
     assert far <= max(6, 0.02 * len(pairs)), summary
-    assert truths < 5 or tp >= 0.5 * truths, summary
+    # The recall of "below quota", pooled: at least the binomial floor of the truly below periods
+    # found at the recall measured (RECALL_P), false failure <= 1 in 200.
+    floor = binomial_floor(truths, RECALL_P)
+    print(f"{period_us} us: below quota found {tp} of {truths} (floor {floor} at p = {RECALL_P})")
+    assert tp >= floor, summary
 
 
 def test_ebpf_without_bpftrace_is_one_line(tmp_path: Path) -> None:

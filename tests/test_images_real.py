@@ -52,7 +52,7 @@ def podman(tmp_path: Path) -> Iterator[list[str]]:
     """podman with storage of the test's own, bwlab's two images built into it."""
     tool_or_skip("podman")
     if shutil.which("debootstrap") is None:
-        lacking("debootstrap is not installed (scripts/setup.sh)")
+        lacking("debootstrap is not installed (scripts/setup.sh --tests)")
     runroot = Path(tempfile.mkdtemp(prefix="bwlab-pr-", dir="/tmp"))  # podman: at most 50 characters
     parents = podman_parents()
     storage = tmp_path / "storage"
@@ -108,9 +108,9 @@ def test_the_exporter_and_the_agent_run_as_their_daemonsets_say(podman: list[str
 def test_the_plugins_image_registers_with_containerd_and_sets_a_burst(podman: list[str]) -> None:
     bin_dir = prereqs.runtime_dir()
     if not all((bin_dir / tool).is_file() for tool in prereqs.RUNTIME_TOOLS):
-        lacking(f"containerd or crictl missing in {bin_dir} (scripts/setup.sh builds them)")
+        lacking(f"containerd or crictl missing in {bin_dir} (scripts/setup.sh --tests builds them)")
     if not (cgroup.CGROUP_ROOT / "cpu" / "cpu.cfs_burst_us").is_file():
-        pytest.skip("drives cgroup v1's cpu.cfs_burst_us (this host's)")
+        lacking("drives cgroup v1's cpu.cfs_burst_us (CI's hosts'), which this host lacks")
     with nri_runtime.started(bin_dir, Path("/nonexistent")) as rt:
         plugin = subprocess.run([*podman, "run", "-d", "--name", "plugin", "--user", "0:0", "--network=none", *LOCKED,
                                  "-v", f"{rt.dir}:/var/run/nri", "-v", "/sys/fs/cgroup:/host/sys/fs/cgroup",

@@ -38,11 +38,14 @@ def read(group: Path, name: str) -> int:
 def runtime_or_skip() -> Path:
     found = prereqs.runtime_dir()
     if not all((found / tool).is_file() for tool in prereqs.RUNTIME_TOOLS):
-        lacking(f"containerd, its shim, ctr or crictl missing in {found} (scripts/setup.sh builds them)")
+        lacking(f"containerd, its shim, ctr or crictl missing in {found} (scripts/setup.sh --tests builds them)")
     if shutil.which("runc") is None:
-        lacking("runc is not installed (scripts/setup.sh)")
+        lacking("runc is not installed (scripts/setup.sh --tests)")
     if not (cgroup.CGROUP_ROOT / "cpu" / "cpu.cfs_burst_us").is_file():
-        pytest.skip("these tests drive cgroup v1's cpu.cfs_burst_us (this host's); v2 hosts: nri/README.md")
+        lacking(
+            "these tests drive cgroup v1's cpu.cfs_burst_us (CI's hosts'), which this host lacks: run them on a "
+            "cgroup v1 host with burst (Linux >= 5.14); nri/README.md for v2"
+        )
     return found
 
 
