@@ -5,7 +5,7 @@ from pathlib import Path
 from bwlab import scenario
 from bwlab.commands import reproduce
 from bwlab.kernel import policies
-from bwlab.paths import DEBUG_CONFIG, LOCKSTAT_CONFIG
+from bwlab.paths import CORE_CONFIG, DEBUG_CONFIG, LAB_CONFIG, LOCKSTAT_CONFIG
 
 
 def test_plan_without_series_is_the_lab() -> None:
@@ -47,6 +47,18 @@ def test_quick_and_partial_plans() -> None:
     assert {"burst", "hierarchy", "table2"} <= patched
     assert all(j.kernel is None for j in reproduce.plan(patched=True, host=True, guest=False, quick=False))
     assert all(j.kernel is not None for j in reproduce.plan(patched=True, host=False, guest=True, quick=True))
+
+
+def test_the_quick_plan_builds_the_measurement_kernels_and_the_full_one_the_lab_kernels() -> None:
+    """The main job (quick) boots core.config alone, named so in its results; --full the lab
+    kernels (core.config, lab.config and any extra fragment)."""
+    quick = {j.kernel for j in reproduce.plan(patched=True, host=True, guest=True, quick=True) if j.kernel}
+    assert {k.config for k in quick} == {(CORE_CONFIG,)}
+    assert {k.variant_name for k in quick} == {"baseline-core", "patched-core"}
+    full = {j.kernel for j in reproduce.plan(patched=True, host=True, guest=True, quick=False) if j.kernel}
+    assert all(k.config[:2] == (CORE_CONFIG, LAB_CONFIG) for k in full)
+    assert {k.variant_name for k in full} == {"baseline", "patched", "baseline-lockstat", "patched-lockstat",
+                                              "patched-debug"}  # fmt: skip
 
 
 def test_burst_and_hierarchy_on_every_kernel() -> None:
