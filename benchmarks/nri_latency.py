@@ -43,7 +43,9 @@ def main() -> int:
     go = prereqs.which("go")
     bin_dir = prereqs.runtime_dir()
     if go is None or not (bin_dir / "containerd").is_file():
-        print("nri_latency: needs go and nri/install-runtime.sh's containerd (scripts/setup.sh)", file=sys.stderr)
+        print(
+            "nri_latency: needs go and nri/install-runtime.sh's containerd (scripts/setup.sh --tests)", file=sys.stderr
+        )
         return 1
     with tempfile.TemporaryDirectory(prefix="bwlab-nri-bench-") as tmp:
         plugin = Path(tmp) / "bwlab-nri"

@@ -192,8 +192,8 @@ def daemonset(manifest: Path) -> tuple[dict[str, Any], dict[str, Any]]:
 
 
 def binomial_floor(n: int, p: float, alpha: float = 0.005) -> int:
-    """The least count a Binomial(n, p) reaches but with probability <= alpha: the bound that a
-    count of n trials, each a success with probability p, falls below once in 1/alpha runs."""
+    """The largest k with P(X < k) <= alpha for X ~ Binomial(n, p): a count of n trials, each a
+    success with probability p, falls below it at most once in 1/alpha runs."""
     below, k = 0.0, 0
     while k <= n:
         term = math.comb(n, k) * p**k * (1 - p) ** (n - k)

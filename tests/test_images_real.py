@@ -110,7 +110,7 @@ def test_the_plugins_image_registers_with_containerd_and_sets_a_burst(podman: li
     if not all((bin_dir / tool).is_file() for tool in prereqs.RUNTIME_TOOLS):
         lacking(f"containerd or crictl missing in {bin_dir} (scripts/setup.sh --tests builds them)")
     if not (cgroup.CGROUP_ROOT / "cpu" / "cpu.cfs_burst_us").is_file():
-        lacking("drives cgroup v1's cpu.cfs_burst_us (CI's hosts'), which this host lacks")
+        pytest.skip("drives cgroup v1's cpu.cfs_burst_us (this host's)")  # a host property, not installable
     with nri_runtime.started(bin_dir, Path("/nonexistent")) as rt:
         plugin = subprocess.run([*podman, "run", "-d", "--name", "plugin", "--user", "0:0", "--network=none", *LOCKED,
                                  "-v", f"{rt.dir}:/var/run/nri", "-v", "/sys/fs/cgroup:/host/sys/fs/cgroup",

@@ -69,7 +69,7 @@ def start_sshd(work: Path, wrap: list[str] | None = None, user_key: str = "user_
     """sshd on a free port of 127.0.0.1 with fresh keys, root by key only; `wrap` runs it
     inside another command (a mount namespace)."""
     if not SSHD.is_file():
-        pytest.fail("sshd is missing: scripts/setup.sh installs openssh-server")
+        pytest.fail("sshd is missing: scripts/setup.sh --tests installs openssh-server")
     work.mkdir(parents=True, exist_ok=True)
     for key in ("host_key", "user_key", "other_key"):
         if not (work / key).exists():
