@@ -43,9 +43,8 @@ class Kernel:
     @property
     def config(self) -> tuple[Path, ...]:
         """Every config fragment, in order."""
-        if self.core:
-            return (*kernel_build.core_fragments(), *self.fragments)
-        return kernel_build.default_fragments(list(self.fragments))
+        fragments = kernel_build.core_fragments if self.core else kernel_build.default_fragments
+        return fragments(list(self.fragments))
 
     @property
     def variant_name(self) -> str:

@@ -194,9 +194,10 @@ def default_fragments(extra: list[Path] | None = None) -> tuple[Path, ...]:
     return (CORE_CONFIG, LAB_CONFIG, *(extra or []))
 
 
-def core_fragments() -> tuple[Path, ...]:
-    """The measurement kernel alone (the quick plan's): no tracing, host-userland or BPF."""
-    return (CORE_CONFIG,)
+def core_fragments(extra: list[Path] | None = None) -> tuple[Path, ...]:
+    """The measurement kernel's fragment (the quick plan's: no tracing, host-userland or BPF),
+    then `extra`."""
+    return (CORE_CONFIG, *(extra or []))
 
 
 def images_dir() -> Path:
