@@ -266,14 +266,11 @@ def test_kselftests_fail_on_baseline_and_pass_on_patched(baseline_key: str, patc
     base = _kselftest(baseline_key, tmp_path / "base", *only(*names, *lags))
     smp = ("--cgroup-mode", "smp", *only("test_cpucg_subtree_control", nested, *names, *bound, *lags))
     patched = _kselftest(patched_key, tmp_path / "patched", *smp)
-    for boot in range(2):
-        if all(patched[n] == "pass" for n in (*names, *lags, *bound, nested)):
-            break
-        # Under QEMU TCG a vCPU can stall for milliseconds (the guest logs "clocksource:
-        # Watchdog remote CPU 1 read timed out"): once in about six CI runs that throttled the
-        # patched kernel in 11 of 203 periods, and latency_awareness_fair_share failed in 2 of
-        # 8 boots on the lab's machine (docs/lags.md). Up to two more boots; one must pass all.
-        patched = _kselftest(patched_key, tmp_path / f"patched-again{boot}", *smp)
+    # One boot of each kernel, asserted as it came (no second boot on failure): 20 patched boots
+    # of this selection in a row passed every test (docs/testing.md, test_series_real
+    # kselftests; benchmarks/kselftest_boots.sh). What each test printed, for a failure's reader:
+    for name in (*names, *bound, *lags, nested):
+        print(f"kselftest patched {patched.why(name)}; 7.3.4 {base.why(name) if name in base else '-'}")
     for name in names:
         assert patched[name] == "pass", patched.why(name)
         if name != "test_cpucg_max_kernel_time":
