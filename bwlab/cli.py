@@ -263,6 +263,10 @@ def build_parser() -> argparse.ArgumentParser:
                             "command as a service (systemd-run, slices, CPUQuota= work)")  # fmt: skip
         p.add_argument("-v", "--verbose", action="store_true",
                        help="say after the command how QEMU ran and how long the boot took (on stderr)")  # fmt: skip
+        p.add_argument("--forward", action="append", default=[], metavar="PORT:GUESTPORT",
+                       help="a network card (QEMU's user network, the guest at 10.0.2.15) and TCP on this "
+                            "machine's 127.0.0.1:PORT forwarded to the guest's GUESTPORT (repeatable; the "
+                            "kernel needs virtio-net: the lab kernels have it)")  # fmt: skip
         if verb == "exec":
             p.add_argument("--timeout", type=float, metavar="S", help="stop the guest after S seconds (exit 124)")
             p.add_argument("argv", nargs="+", metavar="CMD", help="the command and its arguments, after --")

@@ -69,6 +69,21 @@ def test_a_comma_in_the_temporary_directory_is_an_error(tmp_path: Path) -> None:
         hostroot.check_paths(tmp_path / "a,b", "/")
 
 
+@pytest.mark.parametrize("item", ["2222", "2222:", ":22", "0:22", "2222:65536", "a:22", "22:\u0662\u0662", "1:2:3"])
+def test_a_malformed_forward_is_an_error(item: str) -> None:
+    with pytest.raises(BwlabError, match="expected PORT:GUESTPORT"):
+        hostroot.parse_forwards([item])
+
+
+def test_forwards_give_a_card_on_the_user_network_reached_from_loopback_only() -> None:
+    assert hostroot.nic_args([]) == ["-nic", "none"]
+    pairs = hostroot.parse_forwards(["2222:22", "8080:80"])
+    assert pairs == [(2222, 22), (8080, 80)]
+    assert hostroot.nic_args(pairs) == [
+        "-nic", "user,model=virtio-net-pci,ipv6=off,hostfwd=tcp:127.0.0.1:2222-:22,hostfwd=tcp:127.0.0.1:8080-:80"
+    ]  # fmt: skip
+
+
 def test_bad_input_is_one_line() -> None:
     res = bwlab("guest", "exec", "--kernel", "7.3.4-000000000000", "--", "true")
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "no built kernel" in res.stderr, res.stderr
@@ -76,6 +91,8 @@ def test_bad_input_is_one_line() -> None:
     assert res.returncode == 2 and "CMD" in res.stderr, res.stderr
     res = bwlab("guest", "exec", "--kernel", "x", "--env", "1=2", "--", "true")
     assert res.returncode == 1 and res.stderr.count("\n") == 1 and "expected NAME=VALUE" in res.stderr, res.stderr
+    res = bwlab("guest", "exec", "--kernel", "x", "--forward", "22", "--", "true")
+    assert res.returncode == 1 and res.stderr.count("\n") == 1 and "PORT:GUESTPORT" in res.stderr, res.stderr
     res = bwlab("guest", "shell", "--kernel", "x")  # stdin is not a terminal here
     assert res.returncode == 1 and "terminal" in res.stderr, res.stderr
 

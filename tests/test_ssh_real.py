@@ -65,20 +65,16 @@ def _free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_sshd(work: Path, wrap: list[str] | None = None, user_key: str = "user_key") -> Sshd:
-    """sshd on a free port of 127.0.0.1 with fresh keys, root by key only; `wrap` runs it
-    inside another command (a mount namespace)."""
-    if not SSHD.is_file():
-        pytest.fail("sshd is missing: scripts/setup.sh --tests installs openssh-server")
+def _keys_and_configs(work: Path, port: int, listen: str, user_key: str = "user_key") -> None:
+    """Fresh host and user keys in `work`, sshd_config (root by key only, on `listen`) and the
+    client's ssh_config naming the server "bwlab-test" at 127.0.0.1:`port`."""
     work.mkdir(parents=True, exist_ok=True)
     for key in ("host_key", "user_key", "other_key"):
         if not (work / key).exists():
             subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", str(work / key)], check=True)
     shutil.copy(work / "user_key.pub", work / "authorized_keys")
-    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
-    port = _free_port()
     (work / "sshd_config").write_text(
-        f"Port {port}\nListenAddress 127.0.0.1\nHostKey {work / 'host_key'}\n"
+        f"{listen}\nHostKey {work / 'host_key'}\n"
         f"AuthorizedKeysFile {work / 'authorized_keys'}\nPermitRootLogin prohibit-password\n"
         "PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n"
         f"PidFile {work / 'sshd.pid'}\n"
@@ -87,6 +83,16 @@ def start_sshd(work: Path, wrap: list[str] | None = None, user_key: str = "user_
         f"Host bwlab-test\n  HostName 127.0.0.1\n  Port {port}\n  User root\n  IdentityFile {work / user_key}\n"
         f"  IdentitiesOnly yes\n  UserKnownHostsFile {work / 'known_hosts'}\n  StrictHostKeyChecking accept-new\n"
     )
+
+
+def start_sshd(work: Path, wrap: list[str] | None = None, user_key: str = "user_key") -> Sshd:
+    """sshd on a free port of 127.0.0.1 with fresh keys, root by key only; `wrap` runs it
+    inside another command (a mount namespace)."""
+    if not SSHD.is_file():
+        pytest.fail("sshd is missing: scripts/setup.sh --tests installs openssh-server")
+    Path("/run/sshd").mkdir(exist_ok=True)  # sshd's privilege separation directory
+    port = _free_port()
+    _keys_and_configs(work, port, f"Port {port}\nListenAddress 127.0.0.1", user_key)
     cmd = [str(SSHD), "-D", "-e", "-f", str(work / "sshd_config")]
     proc = subprocess.Popen([*(wrap or []), *cmd], stdout=subprocess.DEVNULL, stderr=(work / "sshd.log").open("wb"))
     deadline = time.monotonic() + 15
@@ -358,3 +364,64 @@ def test_kselftest_over_ssh(sshd: Sshd, kernel_source_fetched: None, tmp_path: P
     else:
         _one_line_error(proc, "needs the cpu controller in cgroup v2")
     assert leftovers(before) == []
+
+
+@pytest.fixture(scope="module")
+def guest_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """This machine's sshd in a host-userland guest of the patched lab kernel (`bwlab guest
+    exec --forward`): another kernel (7.3.4 and the series, not the host's), cgroup v2 (the
+    host has v1), reached through QEMU's user network at 127.0.0.1:PORT here."""
+    if not SSHD.is_file():
+        pytest.fail("sshd is missing: scripts/setup.sh --tests installs openssh-server")
+    build = bwlab("kernel", "build", timeout=3600)
+    assert build.returncode == 0, build.stderr[-2000:]
+    key = build.stdout.split()[0]
+    work = tmp_path_factory.mktemp("guest-sshd")
+    port = _free_port()
+    _keys_and_configs(work, port, "Port 22")
+    argv = [sys.executable, "-m", "bwlab.cli", "guest", "exec", "--kernel", key, "--accel", "tcg", "--forward",
+            f"{port}:22", "--timeout", "1800", "--", "/bin/sh", "-c",
+            f"mkdir -p /run/sshd && exec {SSHD} -D -e -f {work / 'sshd_config'}"]  # fmt: skip
+    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=(work / "sshd.log").open("wb"),
+                            start_new_session=True)  # fmt: skip
+    server = Sshd(work / "ssh_config", work, proc)
+    deadline = time.monotonic() + 180  # a TCG boot with the host's userland: 20-40 s here
+    while time.monotonic() < deadline and proc.poll() is None:
+        probe = subprocess.run(["ssh", "-F", str(server.config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
+                                "bwlab-test", "uname -r"], capture_output=True, text=True, check=False)  # fmt: skip
+        if probe.returncode == 0:
+            break
+        time.sleep(2)
+    else:
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(timeout=60)
+        pytest.fail(f"sshd in the guest never answered: {(work / 'sshd.log').read_text()[-800:]}")
+    yield server
+    proc.send_signal(signal.SIGTERM)  # bwlab stops QEMU and removes its files
+    assert proc.wait(timeout=60) in (0, 1, 130, 143), (work / "sshd.log").read_text()[-800:]
+
+
+def test_table2_over_ssh_runs_on_the_remote_kernel(guest_sshd: Sshd, tmp_path: Path) -> None:
+    """The ssh target measures the machine it reaches, not this one: against sshd in a guest
+    of the patched lab kernel, the run's metadata is the guest's (its kernel release, cgroup v2
+    where this host has v1, its two vCPUs) and the groups the run made there are gone after it.
+    The throttled % at demand == quota (10 ms) is printed, not bounded (no distribution yet)."""
+
+    def there() -> set[str]:  # the groups and run directories in the guest
+        ls = subprocess.run(["ssh", "-F", str(guest_sshd.config), "-o", "BatchMode=yes", "bwlab-test",
+                             "ls -d /sys/fs/cgroup/bwlab-* /tmp/bwlab-?????? 2>/dev/null; true"],
+                            capture_output=True, text=True, check=True)  # fmt: skip
+        return set(ls.stdout.split())
+
+    before, out = there(), tmp_path / "out"
+    proc = bwlab("run", str(DATA / "table2-10ms.toml"), "--reps", "3", "--duration", "3", "--out", str(out),
+                 *ssh_args(guest_sshd), timeout=600)  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads((out / "table2-10ms-ssh-bwlab-test.json").read_text())
+    meta = doc["meta"]
+    assert doc["status"] == "ok" and meta["target"] == "ssh" and meta["remote"] == "ssh://bwlab-test"
+    assert meta["kernel_release"].startswith("7.3.4") and meta["kernel_release"] != platform.release()
+    assert meta["vcpus"] == 2 and "v2" in str(meta["cgroup"]) and "v2" not in cgroup.detect().describe()
+    throttled = {c["case"]: [r["metrics"].get("throttled_pct") for r in c["reps"]] for c in doc["cases"]}
+    print(f"table2 over ssh in the patched guest: {json.dumps(throttled)}")
+    assert there() - before == set()

@@ -14,12 +14,13 @@ def _run(args: argparse.Namespace, argv: list[str], interactive: bool, timeout_s
     if args.vcpus < 1 or args.vcpus > 64:
         raise BwlabError(f"--vcpus {args.vcpus}: expected 1 to 64 (the lab kernel's NR_CPUS)")
     env = hostroot.parse_env(args.env)
+    forwards = hostroot.parse_forwards(args.forward)
     image = common.guest_image(args)
     accel = qemu.choose_accel(args.accel, image)
     try:
         done = hostroot.run(image, argv, vcpus=args.vcpus, policy=args.policy, accel=accel.name,
                             memory=args.memory, env=env, timeout_s=timeout_s, interactive=interactive,
-                            init=args.init)  # fmt: skip
+                            init=args.init, forwards=forwards)  # fmt: skip
     except hostroot.Timeout as exc:
         sys.stderr.write(f"bwlab: {exc}\n")
         return 124

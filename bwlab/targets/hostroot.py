@@ -27,6 +27,7 @@ import sys
 import tempfile
 import termios
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
@@ -73,14 +74,36 @@ def kernel_args(fifo: bool, interactive: bool) -> str:
     ])  # fmt: skip
 
 
+def nic_args(forwards: Sequence[tuple[int, int]]) -> list[str]:
+    """No network card, or one on QEMU's user network (the guest 10.0.2.15, the gateway
+    10.0.2.2; hostroot_init.sh sets it up) with each (port here, port there) forwarded from
+    this machine's loopback only."""
+    if not forwards:
+        return ["-nic", "none"]
+    rules = "".join(f",hostfwd=tcp:127.0.0.1:{here}-:{there}" for here, there in forwards)
+    return ["-nic", f"user,model=virtio-net-pci,ipv6=off{rules}"]
+
+
+def parse_forwards(items: Sequence[str]) -> list[tuple[int, int]]:
+    """PORT:GUESTPORT pairs (--forward), each a one-line error if malformed."""
+    pairs = []
+    for item in items:
+        here, sep, there = item.partition(":")
+        ports = [int(p) for p in (here, there) if p.isascii() and p.isdigit() and 0 < int(p) < 65536]
+        if not sep or len(ports) != 2:
+            raise BwlabError(f"--forward {item!r}: expected PORT:GUESTPORT, each a TCP port from 1 to 65535")
+        pairs.append((ports[0], ports[1]))
+    return pairs
+
+
 def qemu_command(image: KernelImage, work: Path, vcpus: int, memory: str, fifo: bool, accel: str,
-                 interactive: bool) -> list[str]:  # fmt: skip
+                 interactive: bool, forwards: Sequence[tuple[int, int]] = ()) -> list[str]:  # fmt: skip
     """QEMU for a guest whose share is work/share; its console in work/console (`exec`) or on
     this terminal (`shell`, where Ctrl-A X stops QEMU)."""
     serial = ["-serial", "mon:stdio"] if interactive else ["-serial", f"file:{work / 'console'}"]
     return [
         qemu.QEMU, *qemu.machine_args(accel), "-smp", str(vcpus), "-m", memory,
-        "-nographic", "-no-reboot", "-monitor", "none", "-vga", "none", "-nic", "none",
+        "-nographic", "-no-reboot", "-monitor", "none", "-vga", "none", *nic_args(forwards),
         "-kernel", str(image.bzimage), "-append", kernel_args(fifo, interactive),
         "-fsdev", "local,id=root,path=/,security_model=none,readonly=on,multidevs=remap",
         "-device", "virtio-9p-pci,fsdev=root,mount_tag=/dev/root",
@@ -173,9 +196,11 @@ def _stop(proc: subprocess.Popen[bytes], interactive: bool) -> None:
 def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None = None, accel: str = "tcg",
         memory: str = "2G", env: dict[str, str] | None = None, cwd: str | None = None,
         timeout_s: float | None = None, interactive: bool = False, init: str = "sh",
-        stdout: BinaryIO | None = None, stderr: BinaryIO | None = None) -> ExecResult:  # fmt: skip
+        stdout: BinaryIO | None = None, stderr: BinaryIO | None = None,
+        forwards: Sequence[tuple[int, int]] = ()) -> ExecResult:  # fmt: skip
     """Boot `image` with the host's userland and run `argv` in it (or a shell if `interactive`);
-    the command's exit status. QEMU is killed and the temporary files removed on timeout or
+    the command's exit status. `forwards`: a network card, and these ports of this machine's
+    loopback forwarded to the guest's (nic_args). QEMU is killed and the temporary files removed on timeout or
     interrupt (and QEMU if this process is killed)."""
     if shutil.which(qemu.QEMU) is None:
         raise BwlabError(f"{qemu.QEMU} is not installed (apt-get install qemu-system-x86)")
@@ -208,7 +233,7 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         if init == "systemd":
             (share / "systemd").write_text(SYSTEMD)  # what stage 2 execs
         fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")
-        cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive)
+        cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive, forwards)
         tails = [] if interactive else [_Tail(share / "stdout", out), _Tail(share / "stderr", err)]
         saved = termios.tcgetattr(sys.stdin.fileno()) if interactive and sys.stdin.isatty() else None
         start = time.monotonic()

@@ -6,7 +6,7 @@
 # in the guest and nothing is ever written to the host; pivot into it and start stage 2.
 # Stage 2 ("stage2"): the guest's own /proc, /sys, /dev, /run, debugfs, tracefs and cgroup2
 # with every controller on for children (/tmp is the host's, written in the overlay); loopback
-# up; the exec share (the host's command, its working directory and environment; the guest's
+# up, and eth0 as 10.0.2.15 where --forward gave the guest a card; the exec share (the host's command, its working directory and environment; the guest's
 # answers) at /run/bwlab-exec; the bandwidth policy's sched/features writes; then the command,
 # stdin from /dev/null, its stdout and stderr through pipes into the share's files, which the
 # host copies out as they grow (`exec`), or a login shell on the console (`shell`). Its exit
@@ -81,6 +81,11 @@ for c in $(cat /sys/fs/cgroup/cgroup.controllers); do
 done
 /bin/busybox hostname bwlab-guest
 /bin/busybox ip link set lo up 2> /dev/null
+# --forward's network card: QEMU's user network answers at 10.0.2.2 and forwards to 10.0.2.15
+if [ -e /sys/class/net/eth0 ]; then
+  /bin/busybox ip link set eth0 up && /bin/busybox ip addr add 10.0.2.15/24 dev eth0 &&
+    /bin/busybox ip route add default via 10.0.2.2 || fail "cannot set up eth0 (10.0.2.15/24)"
+fi
 for f in $(cat $X/features 2> /dev/null); do
   echo "$f" > /sys/kernel/debug/sched/features || fail "cannot write $f to /sys/kernel/debug/sched/features"
 done
