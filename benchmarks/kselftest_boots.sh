@@ -5,10 +5,10 @@
 #
 #   bash benchmarks/kselftest_boots.sh N OUT
 #
-# OUT/boot-K/ holds boot K's kselftest JSON; OUT/boots.tsv one line per boot and test: K, the
-# test, its result, the numbers it printed (ksft_print_msg's lines, joined by " | "), the
-# machine's steal over the boot in seconds and the splats the guest logged. The loop never
-# stops on a failure.
+# OUT/boot-K/ holds boot K's kselftest JSON; OUT/boots.tsv, after a header, one line per boot
+# and test: K, the test, its result, the numbers it printed (ksft_print_msg's lines, joined by
+# " | "), the machine's steal over the boot in seconds and the splats the guest logged; a boot
+# whose bwlab failed adds a line "K - bwlab-exit-STATUS". The loop never stops on a failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 if [ $# -ne 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
@@ -17,7 +17,8 @@ if [ $# -ne 2 ] || ! [[ $1 =~ ^[1-9][0-9]*$ ]]; then
 fi
 runs=$1 out=$2
 mkdir -p "$out"
-key=$(.venv/bin/bwlab kernel build | tail -1 | cut -d' ' -f1)
+key=$(.venv/bin/bwlab kernel build | tail -1 | cut -d' ' -f1)  # its last line: KEY BZIMAGE
+printf 'boot\ttest\tresult\tprinted\tsteal_s\tsplats\n' >"$out/boots.tsv"
 tests=(test_cpucg_subtree_control test_cpucg_nested_weight_overprovisioned
   test_cpucg_max_demand_equals_quota test_cpucg_max_rewrite test_cpucg_max_kernel_time
   test_cpucg_max_overdelivery test_cpucg_latency_awareness_files test_cpucg_load_credit
@@ -28,8 +29,10 @@ steal() { awk '/^cpu / {print $9}' /proc/stat; }
 hz=$(getconf CLK_TCK)
 for k in $(seq 1 "$runs"); do
   s0=$(steal)
+  rc=0
   .venv/bin/bwlab kselftest --kernel "$key" --out "$out/boot-$k" --expect-fail --cgroup-mode smp \
-    "${only[@]}" >"$out/boot-$k.log" 2>&1 || echo "boot $k: bwlab exited $?" >&2
+    "${only[@]}" >"$out/boot-$k.log" 2>&1 || rc=$?
+  [ $rc -eq 0 ] || printf '%s\t-\tbwlab-exit-%s\t-\t-\t-\n' "$k" "$rc" >>"$out/boots.tsv"
   s1=$(steal)
   .venv/bin/python - "$out/boot-$k" "$k" "$(awk -v t=$((s1 - s0)) -v hz="$hz" 'BEGIN {printf "%.2f", t / hz}')" \
     >>"$out/boots.tsv" <<'EOF'
@@ -53,5 +56,6 @@ for test in doc["tests"]:
     print(f"{k}\t{test['name']}\t{test['status']}\t{said.get(test['name'], '')}\t{steal}\t{splats}")
 EOF
 done
-awk -F'\t' '$3 != "pass" {f[$1] = 1} {b[$1] = 1} END {printf "%d boots, %d with a test not passed\n", length(b), length(f)}' \
+awk -F'\t' 'NR == 1 {next} $3 != "pass" {f[$1] = 1} {b[$1] = 1}
+  END {printf "%d boots, %d with a test not passed\n", length(b), length(f)}' \
   "$out/boots.tsv"

@@ -7,6 +7,10 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 tests=0
+if [ $# -gt 1 ]; then
+  echo "setup: one argument at most (usage: setup.sh [--tests])" >&2
+  exit 2
+fi
 case "${1:-}" in
   "") ;;
   --tests) tests=1 ;;

@@ -37,6 +37,7 @@ from conftest import (
     assert_truth_knows_known_demand,
     bwlab,
     interrupt_when,
+    kill_tree,
     needs_root,
     traced_below_quota,
     tracefs_state,
@@ -382,29 +383,33 @@ def guest_sshd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     argv = [sys.executable, "-m", "bwlab.cli", "guest", "exec", "--kernel", key, "--accel", "tcg", "--forward",
             f"{port}:22", "--timeout", "1800", "--", "/bin/sh", "-c",
             f"mkdir -p /run/sshd && exec {SSHD} -D -e -f {work / 'sshd_config'}"]  # fmt: skip
-    proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=(work / "sshd.log").open("wb"),
-                            start_new_session=True)  # fmt: skip
+    with (work / "sshd.log").open("wb") as log:
+        proc = subprocess.Popen(argv, cwd=REPO, stdout=subprocess.DEVNULL, stderr=log, start_new_session=True)
     server = Sshd(work / "ssh_config", work, proc)
-    deadline = time.monotonic() + 180  # a TCG boot with the host's userland: 20-40 s here
-    while time.monotonic() < deadline and proc.poll() is None:
-        probe = subprocess.run(["ssh", "-F", str(server.config), "-o", "BatchMode=yes", "-o", "ConnectTimeout=10",
-                                "bwlab-test", "uname -r"], capture_output=True, text=True, check=False)  # fmt: skip
-        if probe.returncode == 0:
-            break
-        time.sleep(2)
-    else:
-        proc.send_signal(signal.SIGTERM)
-        proc.wait(timeout=60)
-        pytest.fail(f"sshd in the guest never answered: {(work / 'sshd.log').read_text()[-800:]}")
-    yield server
-    proc.send_signal(signal.SIGTERM)  # bwlab stops QEMU and removes its files
-    assert proc.wait(timeout=60) in (0, 1, 130, 143), (work / "sshd.log").read_text()[-800:]
+    try:
+        deadline = time.monotonic() + 180  # a TCG boot with the host's userland: 20-40 s here
+        while time.monotonic() < deadline and proc.poll() is None:
+            probe = subprocess.run(["ssh", "-F", str(server.config), "-o", "BatchMode=yes", "-o",
+                                    "ConnectTimeout=10", "bwlab-test", "uname -r"],
+                                   capture_output=True, text=True, check=False, timeout=60)  # fmt: skip
+            if probe.returncode == 0:
+                break
+            time.sleep(2)
+        else:
+            pytest.fail(f"sshd in the guest never answered: {(work / 'sshd.log').read_text()[-800:]}")
+        yield server
+        proc.send_signal(signal.SIGTERM)  # bwlab stops QEMU, removes its files and says so: 130
+        assert proc.wait(timeout=60) == 130, (work / "sshd.log").read_text()[-800:]
+    finally:
+        if proc.poll() is None:  # a failure or an interrupt above: QEMU goes with bwlab's group
+            kill_tree(proc.pid)
+            proc.wait(timeout=60)
 
 
 def test_table2_over_ssh_runs_on_the_remote_kernel(guest_sshd: Sshd, tmp_path: Path) -> None:
     """The ssh target measures the machine it reaches, not this one: against sshd in a guest
     of the patched lab kernel, the run's metadata is the guest's (its kernel release, cgroup v2
-    where this host has v1, its two vCPUs) and the groups the run made there are gone after it.
+    whatever this host has, its two vCPUs) and the groups the run made there are gone after it.
     The throttled % at demand == quota (10 ms) is printed, not bounded (no distribution yet)."""
 
     def there() -> set[str]:  # the groups and run directories in the guest
@@ -421,7 +426,7 @@ def test_table2_over_ssh_runs_on_the_remote_kernel(guest_sshd: Sshd, tmp_path: P
     meta = doc["meta"]
     assert doc["status"] == "ok" and meta["target"] == "ssh" and meta["remote"] == "ssh://bwlab-test"
     assert meta["kernel_release"].startswith("7.3.4") and meta["kernel_release"] != platform.release()
-    assert meta["vcpus"] == 2 and "v2" in str(meta["cgroup"]) and "v2" not in cgroup.detect().describe()
+    assert meta["vcpus"] == 2 and "v2" in str(meta["cgroup"])
     throttled = {c["case"]: [r["metrics"].get("throttled_pct") for r in c["reps"]] for c in doc["cases"]}
     print(f"table2 over ssh in the patched guest: {json.dumps(throttled)}")
     assert there() - before == set()

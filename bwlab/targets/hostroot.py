@@ -232,6 +232,8 @@ def run(image: KernelImage, argv: list[str], vcpus: int = 2, policy: str | None 
         write_share(share, argv, workdir, passed, features, interactive)
         if init == "systemd":
             (share / "systemd").write_text(SYSTEMD)  # what stage 2 execs
+        if forwards:
+            (share / "forward").write_text("".join(f"{here}:{there}\n" for here, there in forwards))
         fifo, timer_thread = qemu.timer_priority_plan() if accel == "tcg" else (False, "KVM (the host's timers)")
         cmd = qemu_command(image, work, vcpus, memory, fifo, accel, interactive, forwards)
         tails = [] if interactive else [_Tail(share / "stdout", out), _Tail(share / "stderr", err)]

@@ -5,13 +5,14 @@
 # Stage 1 (no argument): a tmpfs-backed overlay over that root, so that every path is writable
 # in the guest and nothing is ever written to the host; pivot into it and start stage 2.
 # Stage 2 ("stage2"): the guest's own /proc, /sys, /dev, /run, debugfs, tracefs and cgroup2
-# with every controller on for children (/tmp is the host's, written in the overlay); loopback
-# up, and eth0 as 10.0.2.15 where --forward gave the guest a card; the exec share (the host's command, its working directory and environment; the guest's
-# answers) at /run/bwlab-exec; the bandwidth policy's sched/features writes; then the command,
-# stdin from /dev/null, its stdout and stderr through pipes into the share's files, which the
-# host copies out as they grow (`exec`), or a login shell on the console (`shell`). Its exit
-# status goes to the share, and the guest reboots, which ends QEMU (-no-reboot). What keeps
-# the command from running is written to the share's `failed`, for the host to say.
+# with every controller on for children (/tmp is the host's, written in the overlay); the exec
+# share (the host's command, its working directory and environment; the guest's answers) at
+# /run/bwlab-exec; loopback up, and eth0 as 10.0.2.15 where the share asks (--forward); the
+# bandwidth policy's sched/features writes; then the command, stdin from /dev/null, its stdout
+# and stderr through pipes into the share's files, which the host copies out as they grow
+# (`exec`), or a login shell on the console (`shell`). Its exit status goes to the share, and
+# the guest reboots, which ends QEMU (-no-reboot). What keeps the command from running is
+# written to the share's `failed`, for the host to say.
 # With the share's `systemd` (--init systemd: systemd's path), stage 2 hands PID 1 to it with
 # a target of its own that starts one service, bwlab-exec.service, which runs stage 3 ("stage3"):
 # the command as above. No other unit of the host's starts unless the command starts it.
@@ -82,7 +83,8 @@ done
 /bin/busybox hostname bwlab-guest
 /bin/busybox ip link set lo up 2> /dev/null
 # --forward's network card: QEMU's user network answers at 10.0.2.2 and forwards to 10.0.2.15
-if [ -e /sys/class/net/eth0 ]; then
+if [ -e $X/forward ]; then
+  [ -e /sys/class/net/eth0 ] || fail "--forward: this kernel has no network card driver (CONFIG_VIRTIO_NET: lab.config)"
   /bin/busybox ip link set eth0 up && /bin/busybox ip addr add 10.0.2.15/24 dev eth0 &&
     /bin/busybox ip route add default via 10.0.2.2 || fail "cannot set up eth0 (10.0.2.15/24)"
 fi
