@@ -37,20 +37,14 @@ for k in $(seq 1 "$runs"); do
   .venv/bin/python - "$out/boot-$k" "$k" "$(awk -v t=$((s1 - s0)) -v hz="$hz" 'BEGIN {printf "%.2f", t / hz}')" \
     >>"$out/boots.tsv" <<'EOF'
 import json, pathlib, sys
-from bwlab.kernel.kselftest import TAP_LINE
+from bwlab.kernel.kselftest import printed_by_test
 boot, k, steal = pathlib.Path(sys.argv[1]), sys.argv[2], sys.argv[3]
 docs = list(boot.glob("kselftest-*.json"))
 if not docs:
     print(f"{k}\t-\tno-result\t-\t{steal}")
     raise SystemExit
 doc = json.loads(docs[0].read_text())
-said, lines = {}, []
-for line in doc["output"].splitlines():
-    match = TAP_LINE.match(line.strip())
-    if match:
-        said[match.group(4)], lines = " | ".join(lines), []
-    elif line.startswith("# "):
-        lines.append(line[2:].strip())
+said = {name: " | ".join(lines) for name, lines in printed_by_test(doc["output"]).items()}
 splats = len(doc["meta"]["splats"])
 for test in doc["tests"]:
     print(f"{k}\t{test['name']}\t{test['status']}\t{said.get(test['name'], '')}\t{steal}\t{splats}")

@@ -56,9 +56,10 @@ ELSEWHERE = ("kernel/sched/", "scripts/config", "sim/n*-hz*")
 def test_every_path_named_exists() -> None:
     absent: dict[str, str] = {}
     for doc in DOCS:
-        for match in PATH.finditer(doc.read_text()):
+        text = doc.read_text()
+        for match in PATH.finditer(text):
             path = match.group(1).rstrip(".").split("::")[0]
-            if path.startswith(ELSEWHERE) or "$" in doc.read_text()[match.end() : match.end() + 1]:
+            if path.startswith(ELSEWHERE) or text[match.end() : match.end() + 1] == "$":
                 continue  # the kernel's tree, or a shell variable's value (sim/n$n)
             if not ((ROOT / path).exists() or ("*" in path and any(ROOT.glob(path)))):
                 absent.setdefault(path, doc.name)

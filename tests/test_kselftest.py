@@ -31,6 +31,16 @@ def test_parse_tap() -> None:
     assert kselftest.parse_tap("no tap here\n") == []
 
 
+def test_printed_by_test_gives_each_test_the_diagnostics_before_its_tap_line() -> None:
+    printed = kselftest.printed_by_test(TAP)
+    assert printed == {
+        "test_cpucg_subtree_control": [],
+        "test_cpucg_max": [],  # its [FAIL] line is no "# " diagnostic
+        "test_cpucg_weight_underprovisioned": [],
+        "test_cpucg_max_demand_equals_quota": ["3 of 200 periods throttled"],
+    }
+
+
 def test_plan_sends_rc_and_output_on_the_results_channel() -> None:
     plan = kselftest.plan([])
     assert "/bin/test_cpu > /tmp/out 2>&1" in plan

@@ -199,15 +199,7 @@ class Selftests(dict[str, str]):
 
     def __init__(self, doc: dict[str, Any]) -> None:
         super().__init__({t["name"]: t["status"] for t in doc["tests"]})
-        self.said: dict[str, str] = {}
-        lines: list[str] = []
-        for line in doc["output"].splitlines():
-            match = kselftest.TAP_LINE.match(line.strip())
-            if match:
-                self.said[match.group(4)] = " ".join(lines)
-                lines = []
-            elif line.startswith("# "):
-                lines.append(line[2:].strip())
+        self.said = {name: " ".join(lines) for name, lines in kselftest.printed_by_test(doc["output"]).items()}
 
     def why(self, name: str) -> str:
         return f"{name}: {self.get(name)} ({self.said.get(name, 'printed nothing')})"

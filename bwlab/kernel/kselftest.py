@@ -142,6 +142,20 @@ def setup_failure(stdout: str) -> str | None:
     return stdout.strip().splitlines()[0].removeprefix(SETUP_FAILED)
 
 
+def printed_by_test(text: str) -> dict[str, list[str]]:
+    """What each test printed (its "# " diagnostic lines, ksft_print_msg's) before its TAP line,
+    by test name."""
+    printed: dict[str, list[str]] = {}
+    lines: list[str] = []
+    for line in text.splitlines():
+        match = TAP_LINE.match(line.strip())
+        if match:
+            printed[match.group(4)], lines = lines, []
+        elif line.startswith("# "):
+            lines.append(line[2:].strip())
+    return printed
+
+
 def parse_tap(text: str) -> list[TestResult]:
     tests = []
     for line in text.splitlines():
